@@ -1,0 +1,1 @@
+"""A Hugging Face Hub-compatible pull-through cache whose nodes share blobs peer to peer."""

@@ -1,0 +1,1 @@
+"""The Ray group: the head and worker supervisors that KServe's pods run."""

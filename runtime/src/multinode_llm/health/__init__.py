@@ -1,0 +1,1 @@
+"""Health: the supervisors' status endpoints and the `probe` command for exec probes."""
