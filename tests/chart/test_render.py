@@ -126,9 +126,16 @@ def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major:
     render = template(major, [SCENARIOS["hf-gated-cache"]])
     assert render.of_kind("PersistentVolumeClaim") == [], "an existing claim must not be created"
     [container] = render.one("Job")["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["HF_ENDPOINT"]["value"] == "http://hub-cache.model-cache.svc.cluster.local:8090"
-    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_ENDPOINT"] == "http://hub-cache.model-cache.svc.cluster.local:8090"
+    assert env["HF_HUB_DISABLE_XET"] == "1"
+    # The token comes from the Secret as a file, never as an env value.
+    assert "HF_TOKEN" not in env
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "hf-token")
+    assert env["HF_TOKEN_PATH"] == mount["mountPath"] + "/token"
+    volumes = {v["name"]: v for v in render.one("Job")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hf-token"]["secret"]["secretName"] == "hf-token"
+    assert volumes["hf-token"]["secret"]["items"] == [{"key": "token", "path": "token"}]
     assert "be673f326cab4cd22ccfef76109faf68e41aa5f1" in container["args"][1]
 
 
@@ -141,7 +148,10 @@ def test_custom_gpu_types_are_declared_on_both_runtime_and_isvc(major: str) -> N
 
 
 def test_the_network_policy_opens_the_group_to_itself_and_http_to_clients(major: str) -> None:
-    policy = template(major, [SCENARIOS["pvc-namespaced"]]).one("NetworkPolicy")
+    policies = template(major, [SCENARIOS["pvc-namespaced"]]).of_kind("NetworkPolicy")
+    policy = next(p for p in policies if p["metadata"]["name"] == "llm-multinode-llm")
+    no_ingress = next(p for p in policies if p["metadata"]["name"] == "llm-multinode-llm-no-ingress")
+    assert "ingress" not in no_ingress["spec"] and no_ingress["spec"]["policyTypes"] == ["Ingress"]
     group = {"serving.kserve.io/inferenceservice": "llm-multinode-llm"}
     assert policy["spec"]["podSelector"]["matchLabels"] == group
     within, clients = policy["spec"]["ingress"]

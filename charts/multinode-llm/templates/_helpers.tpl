@@ -142,7 +142,7 @@ nvidia.com/gpu amd.com/gpu intel.com/gpu habana.ai/gaudi
 
 {{- /* The gpu-resource-types annotation (JSON array), empty without custom types. Context: root. */}}
 {{- define "multinode-llm.gpuTypesAnnotation" -}}
-{{- with .Values.gpu.customResourceTypes }}
+{{- with .Values.gpu.customResourceTypes -}}
 serving.kserve.io/gpu-resource-types: {{ toJson . | squote }}
 {{- end }}
 {{- end }}
