@@ -62,7 +62,14 @@ def documented_keys(lines: list[str]) -> list[tuple[str, str]]:
 
 
 def type_of(value: Any) -> str:
-    for python_type, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "string"), (list, "list"), (dict, "object")):
+    for python_type, name in (
+        (bool, "bool"),
+        (int, "int"),
+        (float, "float"),
+        (str, "string"),
+        (list, "list"),
+        (dict, "object"),
+    ):
         if isinstance(value, python_type):
             return name
     return "null"
@@ -81,7 +88,9 @@ def rows() -> list[Row]:
     table = []
     for key, description in documented_keys(text.splitlines()):
         value = lookup(values, key)
-        table.append(Row(key, type_of(value), json.dumps(value, separators=(",", ":")), description))
+        table.append(
+            Row(key, type_of(value), json.dumps(value, separators=(",", ":")), description)
+        )
     return table
 
 
@@ -91,13 +100,17 @@ def cell(text: str) -> str:
 
 def table_markdown() -> str:
     lines = [START, "", "| Key | Type | Default | Description |", "|---|---|---|---|"]
-    lines += [f"| `{r.key}` | {r.type} | `{cell(r.default)}` | {cell(r.description)} |" for r in rows()]
+    lines += [
+        f"| `{r.key}` | {r.type} | `{cell(r.default)}` | {cell(r.description)} |" for r in rows()
+    ]
     return "\n".join([*lines, "", END])
 
 
 def with_table(readme: str) -> str:
     if START not in readme or END not in readme:
-        raise SystemExit(f"{README}: markers missing; add the lines\n{START}\n{END}\nwhere the table belongs")
+        raise SystemExit(
+            f"{README}: markers missing; add the lines\n{START}\n{END}\nwhere the table belongs"
+        )
     before, rest = readme.split(START, 1)
     _, after = rest.split(END, 1)
     return before + table_markdown() + after
@@ -105,13 +118,18 @@ def with_table(readme: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when README.md's table has drifted")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when README.md's table has drifted"
+    )
     args = parser.parse_args()
     current = README.read_text()
     wanted = with_table(current)
     if args.check:
         if current != wanted:
-            print("README.md's values table is out of date: run `python3 hack/values-table.py`", file=sys.stderr)
+            print(
+                "README.md's values table is out of date: run `python3 hack/values-table.py`",
+                file=sys.stderr,
+            )
             return 1
         return 0
     README.write_text(wanted)

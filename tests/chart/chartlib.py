@@ -25,7 +25,12 @@ KUBE_LOWEST, KUBE_HIGHEST = "1.25.0", "1.37.0"
 # Golden renders: `helm4 template llm charts/multinode-llm -n serving --kube-version 1.37.0 -f ...`
 # (hack/render-examples.sh runs the same command).
 RELEASE, NAMESPACE = "llm", "serving"
-KSERVE_KINDS = ("InferenceService", "ServingRuntime", "ClusterServingRuntime", "ClusterStorageContainer")
+KSERVE_KINDS = (
+    "InferenceService",
+    "ServingRuntime",
+    "ClusterServingRuntime",
+    "ClusterStorageContainer",
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ def helm(major: str) -> Path:
 def run_helm(major: str, *args: str) -> Render:
     cmd = (str(helm(major)), *args)
     # No kubeconfig: nothing here may reach a cluster.
-    env = {**os.environ, "KUBECONFIG": "/nonexistent", "HELM_CACHE_HOME": "/tmp/mnllm-helm-cache"}
+    env = {**os.environ, "KUBECONFIG": "/nonexistent"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
     return Render(cmd, proc.returncode, proc.stdout, proc.stderr)
 
@@ -83,7 +88,15 @@ def template(
     release: str = RELEASE,
     namespace: str = NAMESPACE,
 ) -> Render:
-    args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", kube_version]
+    args = [
+        "template",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--kube-version",
+        kube_version,
+    ]
     return run_with_values(major, args, values_files, values)
 
 
@@ -101,8 +114,12 @@ def install_dry_run(
 
 def scenarios() -> dict[str, Path]:
     """Every values file the chart ships: examples/values-<name>.yaml and ci/<name>-values.yaml."""
-    found = {p.name[len("values-") : -len(".yaml")]: p for p in sorted(EXAMPLES.glob("values-*.yaml"))}
-    found |= {f"ci-{p.name[: -len('-values.yaml')]}": p for p in sorted(CI_VALUES.glob("*-values.yaml"))}
+    found = {
+        p.name[len("values-") : -len(".yaml")]: p for p in sorted(EXAMPLES.glob("values-*.yaml"))
+    }
+    found |= {
+        f"ci-{p.name[: -len('-values.yaml')]}": p for p in sorted(CI_VALUES.glob("*-values.yaml"))
+    }
     return found
 
 

@@ -2,7 +2,8 @@
 
 An API server prunes fields a structural schema does not declare, silently. To catch what it would
 drop (a typo such as `storageURI`), every object schema with `properties` and no
-`x-kubernetes-preserve-unknown-fields` refuses unknown fields here, as kubeconform's strict mode does.
+`x-kubernetes-preserve-unknown-fields` refuses unknown fields here, as kubeconform's strict
+mode does.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ def strict(schema: dict[str, Any]) -> dict[str, Any]:
         out["type"] = [out["type"], "null"]
     if "properties" in out:
         out["properties"] = {k: strict(v) for k, v in out["properties"].items()}
-        if not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
+        if (
+            not schema.get("x-kubernetes-preserve-unknown-fields")
+            and "additionalProperties" not in out
+        ):
             out["additionalProperties"] = False
     if isinstance(out.get("additionalProperties"), dict):
         out["additionalProperties"] = strict(out["additionalProperties"])

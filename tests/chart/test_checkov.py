@@ -1,4 +1,5 @@
-"""checkov on every scenario's rendered manifests, with the skips of checkov.yaml, each with a reason."""
+"""checkov on every scenario's rendered manifests, with the skips of checkov.yaml, each with its
+reason."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from chartlib import scenarios, template
 
 pytestmark = pytest.mark.checkov
@@ -34,7 +34,10 @@ def test_checkov_passes_on_every_rendered_scenario(tmp_path: Path) -> None:
         (tmp_path / f"{name}.yaml").write_text(render.stdout)
     proc = subprocess.run(
         [checkov, "--config-file", str(CONFIG), "-d", str(tmp_path), "-o", "json"],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     report = json.loads(proc.stdout)
     # checkov writes one report per framework: a dict for one, a list for several.

@@ -11,13 +11,13 @@ from types import ModuleType
 from typing import Any
 
 import yaml
-
 from chartlib import CHART, ROOT
 
 
 def values_table() -> ModuleType:
     spec = importlib.util.spec_from_file_location("values_table", ROOT / "hack" / "values-table.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -34,7 +34,8 @@ def test_every_value_is_documented_by_a_dash_dash_comment_on_itself_or_a_parent(
     text = (CHART / "values.yaml").read_text()
     documented = {key for key, _ in values_table().documented_keys(text.splitlines())}
     undocumented = [
-        path for path in leaf_paths(yaml.safe_load(text))
+        path
+        for path in leaf_paths(yaml.safe_load(text))
         if not any(path == d or path.startswith(d + ".") for d in documented)
     ]
     assert undocumented == []
@@ -60,7 +61,10 @@ def test_the_schema_describes_every_property() -> None:
 def test_the_readme_values_table_has_not_drifted() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "hack" / "values-table.py"), "--check"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -68,11 +72,29 @@ def test_the_readme_values_table_has_not_drifted() -> None:
 def test_the_values_table_lists_the_fixed_values_api() -> None:
     keys = {row.key for row in values_table().rows()}
     fixed = {
-        "model.uri", "model.name", "model.hfTokenSecret.name", "model.hfTokenSecret.key", "model.storage.size",
-        "model.storage.storageClassName", "model.storage.accessModes", "model.storage.existingClaim",
-        "parallelism.tensor", "parallelism.pipeline", "gpu.resourceName", "gpu.customResourceTypes",
-        "kserve.version", "kserve.deploymentMode", "inferenceService.minReplicas", "inferenceService.maxReplicas",
-        "head.env", "head.resources", "worker.env", "worker.resources", "strategy.type", "shm.sizeLimit",
-        "ray.port", "vllm.args",
+        "model.uri",
+        "model.name",
+        "model.hfTokenSecret.name",
+        "model.hfTokenSecret.key",
+        "model.storage.size",
+        "model.storage.storageClassName",
+        "model.storage.accessModes",
+        "model.storage.existingClaim",
+        "parallelism.tensor",
+        "parallelism.pipeline",
+        "gpu.resourceName",
+        "gpu.customResourceTypes",
+        "kserve.version",
+        "kserve.deploymentMode",
+        "inferenceService.minReplicas",
+        "inferenceService.maxReplicas",
+        "head.env",
+        "head.resources",
+        "worker.env",
+        "worker.resources",
+        "strategy.type",
+        "shm.sizeLimit",
+        "ray.port",
+        "vllm.args",
     }
     assert fixed <= keys, fixed - keys

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from chartlib import EXAMPLES, template
 
 VALUES = sorted(EXAMPLES.glob("values-*.yaml"))
@@ -28,5 +27,6 @@ def test_the_golden_render_has_not_drifted(helm4: str, values: Path) -> None:
     assert render.returncode == 0, render.stderr
     assert golden.exists(), f"{golden.name} missing: run `bash hack/render-examples.sh`"
     assert render.stdout == golden.read_text(), (
-        f"{golden.name} drifted from the chart: run `bash hack/render-examples.sh` and review the diff"
+        f"{golden.name} drifted from the chart: "
+        "run `bash hack/render-examples.sh` and review the diff"
     )

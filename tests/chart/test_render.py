@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from chartlib import helm, load_values_file, scenarios, template
 
 SCENARIOS = scenarios()
@@ -77,7 +76,11 @@ def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
     runtime = render.one(kind)
     [head] = runtime["spec"]["containers"]
     [worker] = runtime["spec"]["workerSpec"]["containers"]
-    assert (head["name"], head["command"], head["args"]) == ("kserve-container", ["multinode-llm"], ["head"])
+    assert (head["name"], head["command"], head["args"]) == (
+        "kserve-container",
+        ["multinode-llm"],
+        ["head"],
+    )
     assert (worker["name"], worker["command"], worker["args"]) == (
         "worker-container",
         ["multinode-llm"],
@@ -85,20 +88,27 @@ def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
     )
     for container in (head, worker):
         assert container["image"].startswith("ghcr.io/multinode-llm/multinode-llm")
-        assert {p: container[f"{p}Probe"]["httpGet"] for p in ("startup", "readiness", "liveness")} == {
+        assert {
+            p: container[f"{p}Probe"]["httpGet"] for p in ("startup", "readiness", "liveness")
+        } == {
             "startup": {"path": "/startup", "port": 8081},
             "readiness": {"path": "/ready", "port": 8081},
             "liveness": {"path": "/live", "port": 8081},
         }
         names = [e["name"] for e in container["env"]]
-        assert {"POD_IP", "POD_NAME", "POD_NAMESPACE", "RAY_PORT", "GROUP_WAIT_TIMEOUT"} <= set(names)
+        assert {"POD_IP", "POD_NAME", "POD_NAMESPACE", "RAY_PORT", "GROUP_WAIT_TIMEOUT"} <= set(
+            names
+        )
         assert len(names) == len(set(names)), f"duplicate env in {container['name']}: {names}"
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
     shm = next(v for v in runtime["spec"]["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"]["medium"] == "Memory"
     args = render.one("InferenceService")["spec"]["predictor"]["model"]["args"]
     assert args[0] == "--served-model-name"
-    assert render.one("InferenceService")["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
+    assert (
+        render.one("InferenceService")["spec"]["predictor"]["model"]["runtime"]
+        == runtime["metadata"]["name"]
+    )
 
 
 def test_hf_models_are_staged_before_the_isvc_for_helm_and_argo_cd(major: str) -> None:
@@ -114,11 +124,15 @@ def test_hf_models_are_staged_before_the_isvc_for_helm_and_argo_cd(major: str) -
     assert claim_ann["helm.sh/hook"] == "pre-install"
     assert job_ann["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert int(claim_ann["helm.sh/hook-weight"]) < int(job_ann["helm.sh/hook-weight"])
-    # Argo CD: both PreSync hooks (before the Sync phase that holds the ISVC); the claim never deleted.
+    # Argo CD: both PreSync hooks (before the Sync phase that holds the ISVC); the claim is never
+    # deleted by a sync.
     assert claim_ann["argocd.argoproj.io/hook"] == job_ann["argocd.argoproj.io/hook"] == "PreSync"
     assert claim_ann["argocd.argoproj.io/hook-delete-policy"] == "HookFailed"
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["hf://Qwen/Qwen2.5-0.5B-Instruct", "/mnt/models/models/Qwen/Qwen2.5-0.5B-Instruct/main"]
+    assert container["args"] == [
+        "hf://Qwen/Qwen2.5-0.5B-Instruct",
+        "/mnt/models/models/Qwen/Qwen2.5-0.5B-Instruct/main",
+    ]
     assert "HF_ENDPOINT" not in {e["name"] for e in container["env"]}
 
 
@@ -144,20 +158,30 @@ def test_custom_gpu_types_are_declared_on_both_runtime_and_isvc(major: str) -> N
     want = '["nvidia.com/mig-3g.40gb","rdma/rdma_shared_device_a"]'
     runtime = render.one("ClusterServingRuntime")
     assert runtime["spec"]["annotations"]["serving.kserve.io/gpu-resource-types"] == want
-    assert render.one("InferenceService")["metadata"]["annotations"]["serving.kserve.io/gpu-resource-types"] == want
+    assert (
+        render.one("InferenceService")["metadata"]["annotations"][
+            "serving.kserve.io/gpu-resource-types"
+        ]
+        == want
+    )
 
 
 def test_the_network_policy_opens_the_group_to_itself_and_http_to_clients(major: str) -> None:
     policies = template(major, [SCENARIOS["pvc-namespaced"]]).of_kind("NetworkPolicy")
     policy = next(p for p in policies if p["metadata"]["name"] == "llm-multinode-llm")
-    no_ingress = next(p for p in policies if p["metadata"]["name"] == "llm-multinode-llm-no-ingress")
-    assert "ingress" not in no_ingress["spec"] and no_ingress["spec"]["policyTypes"] == ["Ingress"]
+    no_ingress = next(
+        p for p in policies if p["metadata"]["name"] == "llm-multinode-llm-no-ingress"
+    )
+    assert "ingress" not in no_ingress["spec"]
+    assert no_ingress["spec"]["policyTypes"] == ["Ingress"]
     group = {"serving.kserve.io/inferenceservice": "llm-multinode-llm"}
     assert policy["spec"]["podSelector"]["matchLabels"] == group
     within, clients = policy["spec"]["ingress"]
     assert within == {"from": [{"podSelector": {"matchLabels": group}}]}
     assert {p["port"] for p in clients["ports"]} == {8080, 8081}
-    assert clients["from"][0] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}}
+    assert clients["from"][0] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}
+    }
     assert clients["from"][1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "test"
 
 
@@ -179,7 +203,10 @@ def test_rendering_twice_gives_identical_bytes(major: str, scenario: tuple[str, 
 def test_the_done_command_renders_two_gpus_on_the_head_and_the_one_worker(major: str) -> None:
     render = template(
         major,
-        values={"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "parallelism": {"tensor": 2, "pipeline": 2}},
+        values={
+            "model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"},
+            "parallelism": {"tensor": 2, "pipeline": 2},
+        },
         release="x",
         namespace="default",
     )

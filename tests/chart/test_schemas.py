@@ -12,10 +12,9 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-from referencing import Registry, Resource
-
 from chartlib import KSERVE_KINDS, KUBE_HIGHEST, KUBE_LOWEST, SCHEMAS, scenarios, template
 from crdschema import crd_schemas
+from referencing import Registry, Resource
 
 SCENARIOS = scenarios()
 OUR_SCHEMAS = {p.stem: json.loads(p.read_text()) for p in sorted(SCHEMAS.glob("*.json"))}
@@ -43,7 +42,10 @@ def scenario(request: pytest.FixtureRequest) -> str:
 def crds() -> dict[tuple[str, str], dict[str, Any]]:
     crd_dir = os.environ.get("KSERVE_CRD_DIR")
     if not crd_dir:
-        pytest.skip("KSERVE_CRD_DIR is unset: the check against KServe's real CRDs needs them (CI: ../shared/kserve-crds)")
+        pytest.skip(
+            "KSERVE_CRD_DIR is unset: the check against KServe's real CRDs needs them "
+            "(CI: ../shared/kserve-crds)"
+        )
     found = crd_schemas(Path(crd_dir))
     assert found, f"no CustomResourceDefinition in {crd_dir}"
     return found
@@ -80,7 +82,10 @@ def test_kserve_objects_are_valid_under_the_real_crds_strictly(
     for doc in rendered(major, scenario):
         if doc["kind"] in KSERVE_KINDS:
             schema = crds[(doc["apiVersion"], doc["kind"])]
-            errors = [f"{e.json_path}: {e.message}" for e in jsonschema.Draft4Validator(schema).iter_errors(doc)]
+            errors = [
+                f"{e.json_path}: {e.message}"
+                for e in jsonschema.Draft4Validator(schema).iter_errors(doc)
+            ]
             assert errors == [], doc["kind"]
 
 
@@ -88,7 +93,9 @@ def test_the_strict_crd_check_catches_a_field_the_api_server_would_prune(
     crds: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     isvc = next(d for d in rendered("helm4", "hf-tp2-pp2") if d["kind"] == "InferenceService")
-    isvc["spec"]["predictor"]["model"]["storageURI"] = isvc["spec"]["predictor"]["model"].pop("storageUri")
+    isvc["spec"]["predictor"]["model"]["storageURI"] = isvc["spec"]["predictor"]["model"].pop(
+        "storageUri"
+    )
     schema = crds[("serving.kserve.io/v1beta1", "InferenceService")]
     assert not jsonschema.Draft4Validator(schema).is_valid(isvc)
 
@@ -102,10 +109,19 @@ def mutated(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
     return out
 
 
-BAD_ISVCS = {
-    "tensor parallel size in env": (["spec", "predictor", "workerSpec", "containers", 0, "env"], [{"name": "TENSOR_PARALLEL_SIZE", "value": "2"}]),
-    "two worker containers": (["spec", "predictor", "workerSpec", "containers"], [{"name": "worker-container"}, {"name": "sidecar"}]),
-    "serverless mode": (["metadata", "annotations", "serving.kserve.io/deploymentMode"], "Serverless"),
+BAD_ISVCS: dict[str, tuple[list[Any], Any]] = {
+    "tensor parallel size in env": (
+        ["spec", "predictor", "workerSpec", "containers", 0, "env"],
+        [{"name": "TENSOR_PARALLEL_SIZE", "value": "2"}],
+    ),
+    "two worker containers": (
+        ["spec", "predictor", "workerSpec", "containers"],
+        [{"name": "worker-container"}, {"name": "sidecar"}],
+    ),
+    "serverless mode": (
+        ["metadata", "annotations", "serving.kserve.io/deploymentMode"],
+        "Serverless",
+    ),
     "hpa autoscaler": (["metadata", "annotations", "serving.kserve.io/autoscalerClass"], "hpa"),
     "an s3 storage uri": (["spec", "predictor", "model", "storageUri"], "s3://bucket/model"),
     "two heads": (["spec", "predictor", "minReplicas"], 2),
@@ -124,7 +140,9 @@ def test_our_isvc_schema_refuses_what_kserve_rejects_or_breaks_on(case: str) -> 
 
 
 def test_our_runtime_schema_refuses_a_runtime_without_a_single_worker_container() -> None:
-    runtime = next(d for d in rendered("helm4", "hf-tp2-pp2") if d["kind"] == "ClusterServingRuntime")
+    runtime = next(
+        d for d in rendered("helm4", "hf-tp2-pp2") if d["kind"] == "ClusterServingRuntime"
+    )
     assert our_errors(runtime) == []
     assert our_errors(mutated(runtime, ["spec", "workerSpec", "containers"], []))
     no_worker = copy.deepcopy(runtime)
@@ -139,8 +157,11 @@ def test_our_storage_container_schema_accepts_an_hf_downloader_and_refuses_a_typ
         "kind": "ClusterStorageContainer",
         "metadata": {"name": "hf-cache"},
         "spec": {
-            "container": {"name": "storage-initializer", "image": "kserve/storage-initializer:v0.20.0",
-                          "env": [{"name": "HF_ENDPOINT", "value": "http://cache:8090"}]},
+            "container": {
+                "name": "storage-initializer",
+                "image": "kserve/storage-initializer:v0.20.0",
+                "env": [{"name": "HF_ENDPOINT", "value": "http://cache:8090"}],
+            },
             "supportedUriFormats": [{"prefix": "hf://"}],
             "workloadType": "initContainer",
         },
@@ -153,4 +174,8 @@ def test_our_storage_container_schema_accepts_an_hf_downloader_and_refuses_a_typ
 def test_strict_kubernetes_validation_catches_an_unknown_field(kube_version: str) -> None:
     claim = next(d for d in rendered("helm4", "hf-tp2-pp2") if d["kind"] == "PersistentVolumeClaim")
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(mutated(claim, ["spec", "accesMode"], "ReadWriteMany"), kube_version.rsplit(".", 1)[0], strict=True)
+        kubernetes_validate.validate(
+            mutated(claim, ["spec", "accesMode"], "ReadWriteMany"),
+            kube_version.rsplit(".", 1)[0],
+            strict=True,
+        )
