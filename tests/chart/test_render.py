@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chartlib import helm, load_values_file, scenarios, template
+from chartlib import deep_merge, helm, install_dry_run, load_values_file, scenarios, template
 
 SCENARIOS = scenarios()
 STANDARD_GPUS = {"nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi"}
@@ -215,3 +215,17 @@ def test_the_done_command_renders_two_gpus_on_the_head_and_the_one_worker(major:
     assert predictor["workerSpec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert predictor["workerSpec"]["pipelineParallelSize"] == 2
     assert predictor["model"]["args"] == ["--served-model-name", "x"]
+
+
+def test_the_notes_give_the_port_forward_and_warn_about_rolling_updates(helm4: str) -> None:
+    values = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "parallelism": {"tensor": 2}}
+    recreate = install_dry_run(helm4, values=values)
+    assert recreate.returncode == 0, recreate.stderr
+    notes = recreate.stdout.split("NOTES:", 1)[1]
+    assert "port-forward svc/llm-multinode-llm-predictor 8080:80" in notes
+    assert '"model": "llm"' in notes
+    assert "WARNING" not in notes
+    rolling = install_dry_run(
+        helm4, values=deep_merge(values, {"strategy": {"type": "RollingUpdate"}})
+    )
+    assert "second full set of 4 nvidia.com/gpu" in rolling.stdout.split("NOTES:", 1)[1]
