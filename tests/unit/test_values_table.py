@@ -56,7 +56,8 @@ def test_a_plain_comment_or_an_undocumented_key_documents_nothing() -> None:
 
 def test_types_and_pipes_are_written_for_markdown() -> None:
     module = values_table()
-    assert [module.type_of(v) for v in (True, 1, 1.5, "s", [], {}, None)] == [
+    samples: tuple[object, ...] = (True, 1, 1.5, "s", [], {}, None)
+    assert [module.type_of(v) for v in samples] == [
         "bool",
         "int",
         "float",
