@@ -131,6 +131,7 @@ class FakeHub:
         future.result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop = self._thread = None
 
     async def _start(self) -> None:
         hub = web.Application()

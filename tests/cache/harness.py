@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -144,3 +145,23 @@ def hf_env(endpoint: str, home: Path, token: str | None = None) -> dict[str, str
     if token:
         env["HF_TOKEN"] = token
     return env
+
+
+def model_files(seed: int = 0, shard_size: int = 2 << 20) -> dict[str, bytes]:
+    """A small model's files: JSON (git files), two LFS shards and a nested LFS file."""
+    rng = random.Random(seed)
+    return {
+        "config.json": b'{"model_type": "llama", "hidden_size": 128, "seed": %d}' % seed,
+        "generation_config.json": b'{"max_new_tokens": 16}',
+        "tokenizer.json": rng.randbytes(6000).hex().encode()[:9000],
+        "model-00001-of-00002.safetensors": rng.randbytes(shard_size),
+        "model-00002-of-00002.safetensors": rng.randbytes(shard_size // 2),
+        "adapters/lora.bin": rng.randbytes(50_000),
+        "README.md": b"# a fake model for tests\n",
+    }
+
+
+def assert_same_files(directory: Path, files: dict[str, bytes]) -> None:
+    for path, content in files.items():
+        got = (directory / path).read_bytes()
+        assert got == content, f"{path}: {len(got)} bytes differ from the {len(content)} upstream has"

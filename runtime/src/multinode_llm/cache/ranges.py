@@ -46,9 +46,9 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
             raise UnsatisfiableRangeError(header)
         return ByteRange(max(0, size - suffix), size - 1)
     start = int(first)
-    end = int(last) if last else size - 1
-    if end < start:
+    if last and int(last) < start:
         return None  # syntactically invalid: ignore it
     if start >= size:
         raise UnsatisfiableRangeError(header)
+    end = int(last) if last else size - 1
     return ByteRange(start, min(end, size - 1))

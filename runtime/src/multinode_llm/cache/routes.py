@@ -120,6 +120,8 @@ class Hub:
         if isinstance(learned, str):
             return error(502, "BadUpstreamHead", f"HEAD {target.url_path()} upstream: {learned}")
         self.decisions.grant(caller, repo)
+        if authorization is None:  # anyone may read it: remembered for when the Hub is down
+            self.visibilities.learn(repo, Visibility(files_public=True, listing_public=True))
         if not is_commit(target.revision):
             self.metadata.set_ref(repo, target.revision, learned.commit)
         self.metadata.set_file(repo, target.path, learned)
