@@ -19,7 +19,7 @@ def fake_hub() -> Iterator[FakeHub]:
 
 @pytest.fixture
 def start_cache(tmp_path: Path, fake_hub: FakeHub) -> Iterator[Callable[..., CacheProcess]]:
-    """Start caches against the fake hub; every one is stopped (and its log shown on failure) after."""
+    """Start caches against the fake hub; each is stopped after the test, its log shown."""
     started: list[CacheProcess] = []
 
     def start(*args: str, store: Path | None = None, **kwargs: Any) -> CacheProcess:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import threading
 import time
 from collections import Counter
@@ -66,17 +65,27 @@ class FakeRepo:
 class FakeHub:
     """The fake origin and its fake CDN, on two ports of ``host`` (two origins)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, cdn_port: int = 0, page_size: int = 3) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        cdn_port: int = 0,
+        page_size: int = 3,
+    ) -> None:
         self.host = host
         self.port = port
         self.cdn_port = cdn_port
         self.page_size = page_size
         self.repos: dict[tuple[str, str], FakeRepo] = {}
-        self.requests: Counter[str] = Counter()  # by kind: revision, tree, head, get, cdn, xet-token...
+        self.requests: Counter[str] = (
+            Counter()
+        )  # by kind: revision, tree, head, get, cdn, xet-token...
         self.blob_gets: Counter[str] = Counter()  # by file path: GETs whose body was file bytes
         self.blob_bytes: Counter[str] = Counter()  # by file path: file bytes sent
         self.auth_at_cdn = 0  # CDN requests that carried Authorization: must stay 0
-        self.client_requests = 0  # requests with huggingface_hub's user agent: the cache was bypassed
+        self.client_requests = (
+            0  # requests with huggingface_hub's user agent: the cache was bypassed
+        )
         self.bytes_per_second: float | None = None  # throttle blob bodies
         self.corrupt: set[str] = set()  # paths served with one byte flipped
         self.xet = True
@@ -174,7 +183,11 @@ class FakeHub:
         if parts == ["whoami-v2"]:
             self._count("whoami", request)
             token = _token(request)
-            return web.json_response({"name": token}) if token else _error(401, "Unauthorized", "no token")
+            return (
+                web.json_response({"name": token})
+                if token
+                else _error(401, "Unauthorized", "no token")
+            )
         if len(parts) < 3 or (parts[0], "/".join(parts[1:3])) not in self.repos:
             self._count("api-unknown", request)
             return _error(404, "RepoNotFound", "no such repo")
@@ -182,7 +195,9 @@ class FakeHub:
         action, rest = (parts[3], parts[4:]) if len(parts) > 3 else ("", [])
         self._count(action or "revision", request)
         if action == "xet-read-token":
-            return web.json_response({"accessToken": "fake", "exp": 0, "casUrl": "http://127.0.0.1:9"})
+            return web.json_response(
+                {"accessToken": "fake", "exp": 0, "casUrl": "http://127.0.0.1:9"}
+            )
         if (refusal := self._refuse_listing(request, repo)) is not None:
             return refusal
         revision = rest[0] if rest else "main"
@@ -214,9 +229,18 @@ class FakeHub:
             if not path.startswith(under):
                 continue
             content = repo.files[path]
-            entry: dict[str, object] = {"type": "file", "oid": git_sha1(content), "size": len(content), "path": path}
+            entry: dict[str, object] = {
+                "type": "file",
+                "oid": git_sha1(content),
+                "size": len(content),
+                "path": path,
+            }
             if repo.is_lfs(path):
-                entry["lfs"] = {"oid": repo.etag(path), "size": len(content), "pointerSize": 134}
+                entry["lfs"] = {
+                    "oid": repo.etag(path),
+                    "size": len(content),
+                    "pointerSize": 134,
+                }
                 if self.xet:
                     entry["xetHash"] = hashlib.sha256(b"xet" + content).hexdigest()
             entries.append(entry)
@@ -224,7 +248,8 @@ class FakeHub:
         page = entries[start : start + self.page_size]
         response = web.json_response(page)
         if start + self.page_size < len(entries):
-            query = f"recursive={request.query.get('recursive', 'false')}&expand=false&cursor={start + self.page_size}"
+            recursive = request.query.get("recursive", "false")
+            query = f"recursive={recursive}&expand=false&cursor={start + self.page_size}"
             response.headers["Link"] = f'<{self.url}{request.path}?{query}>; rel="next"'
         return response
 
@@ -246,19 +271,20 @@ class FakeHub:
             return _error(404, "EntryNotFound", f"{path} is not in {repo.repo_id}", commit)
         content = repo.files[path]
         if repo.is_lfs(path):
-            sha256 = repo.etag(path)
+            sha256, expires = repo.etag(path), int(time.time()) + 3600
             headers = {
                 **commit,
-                "Location": f"{self.cdn_url}/blobs/{sha256}?expires={int(time.time()) + 3600}&path={quote(path)}",
+                "Location": f"{self.cdn_url}/blobs/{sha256}?expires={expires}&path={quote(path)}",
                 "X-Linked-Etag": f'"{sha256}"',
                 "X-Linked-Size": str(len(content)),
-                "ETag": f'"{git_sha1(content)}"',  # the pointer file's: a client must prefer X-Linked-Etag
+                "ETag": f'"{git_sha1(content)}"',  # the pointer's: clients prefer X-Linked-Etag
             }
             if self.xet:
                 headers["X-Xet-Hash"] = hashlib.sha256(b"xet" + content).hexdigest()
-                headers["X-Xet-Refresh-Route"] = f"/api/models/{repo.repo_id}/xet-read-token/{repo.commit}"
+                token_route = f"/api/models/{repo.repo_id}/xet-read-token/{repo.commit}"
+                headers["X-Xet-Refresh-Route"] = token_route
                 headers["Link"] = (
-                    f'<{self.url}/api/models/{repo.repo_id}/xet-read-token/{repo.commit}>; rel="xet-auth", '
+                    f'<{self.url}{token_route}>; rel="xet-auth", '
                     f'<{self.cdn_url}/reconstruction/{sha256}>; rel="xet-reconstruction-info"'
                 )
             return web.Response(status=302, headers=headers)
@@ -296,7 +322,9 @@ class FakeHub:
                     return await self._body(request, path, content, {"ETag": f'"{sha256}"'})
         return web.Response(status=404)
 
-    async def _body(self, request: web.Request, path: str, content: bytes, headers: dict[str, str]) -> web.StreamResponse:
+    async def _body(
+        self, request: web.Request, path: str, content: bytes, headers: dict[str, str]
+    ) -> web.StreamResponse:
         """A file body with Range support, throttled and corrupted as configured."""
         size = len(content)
         start, end, status = 0, size - 1, 200
@@ -339,25 +367,38 @@ def _token(request: web.Request) -> str:
     return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
 
 
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.json_response(
-        {"error": message}, status=status, headers={**(headers or {}), "X-Error-Code": code, "X-Error-Message": message}
+        {"error": message},
+        status=status,
+        headers={**(headers or {}), "X-Error-Code": code, "X-Error-Message": message},
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="serve a directory as repo(s) of a FAKE Hub (tests, benchmarks)")
+    parser = argparse.ArgumentParser(
+        description="serve a directory as repo(s) of a FAKE Hub (tests, benchmarks)"
+    )
     parser.add_argument("directory", type=Path)
     parser.add_argument("--repo", default="org/model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8070)
     parser.add_argument("--cdn-port", type=int, default=8071)
     args = parser.parse_args()
-    files = {str(p.relative_to(args.directory)): p.read_bytes() for p in args.directory.rglob("*") if p.is_file()}
+    files = {
+        str(p.relative_to(args.directory)): p.read_bytes()
+        for p in args.directory.rglob("*")
+        if p.is_file()
+    }
     hub = FakeHub(args.host, args.port, args.cdn_port)
     hub.add(FakeRepo(args.repo, files))
     hub.start()
-    print(f"fake hub {hub.url} (CDN {hub.cdn_url}) serving {args.repo}: {len(files)} files", flush=True)
+    print(
+        f"fake hub {hub.url} (CDN {hub.cdn_url}) serving {args.repo}: {len(files)} files",
+        flush=True,
+    )
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

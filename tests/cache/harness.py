@@ -1,4 +1,4 @@
-"""Running caches as real processes (`multinode-llm cache serve`), and raw HTTP for what clients hide."""
+"""Caches as real processes (`multinode-llm cache serve`), and raw HTTP for what clients hide."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    """Poll ``condition()`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    """Poll ``condition()`` until it returns something truthy; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -36,7 +36,7 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.05):  #
 
 
 class CacheProcess:
-    """One ``multinode-llm cache serve`` process, started in ``prefix`` (such as ``ip netns exec NS``)."""
+    """One ``multinode-llm cache serve`` process, started in ``prefix`` (``ip netns exec NS``)."""
 
     def __init__(
         self,
@@ -81,7 +81,9 @@ class CacheProcess:
     def wait_ready(self, timeout: float = 30) -> CacheProcess:
         def ready() -> bool:
             if self.process.poll() is not None:
-                raise AssertionError(f"cache exited with {self.process.returncode}:\n{self.log_tail()}")
+                raise AssertionError(
+                    f"cache exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/ready", timeout=2) as response:
                     return bool(response.status == 200)
@@ -116,7 +118,11 @@ class CacheProcess:
 
 
 def raw_request(
-    url: str, method: str, raw_path: str, headers: dict[str, str] | None = None, read_limit: int | None = None
+    url: str,
+    method: str,
+    raw_path: str,
+    headers: dict[str, str] | None = None,
+    read_limit: int | None = None,
 ) -> tuple[int, http.client.HTTPMessage, bytes]:
     """Send ``raw_path`` byte for byte (no client-side normalization of '..' or encodings)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
@@ -139,8 +145,12 @@ def raw_request(
 
 
 def hf_env(endpoint: str, home: Path, token: str | None = None) -> dict[str, str]:
-    """The environment of a `hf` / huggingface_hub process that reaches the Hub through ``endpoint``."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING_FACE"))}
+    """The environment of a huggingface_hub process that reaches the Hub through ``endpoint``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("HF_", "HUGGING_FACE"))
+    }
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
     if token:
         env["HF_TOKEN"] = token
@@ -164,4 +174,6 @@ def model_files(seed: int = 0, shard_size: int = 2 << 20) -> dict[str, bytes]:
 def assert_same_files(directory: Path, files: dict[str, bytes]) -> None:
     for path, content in files.items():
         got = (directory / path).read_bytes()
-        assert got == content, f"{path}: {len(got)} bytes differ from the {len(content)} upstream has"
+        assert got == content, (
+            f"{path}: {len(got)} bytes differ from the {len(content)} upstream has"
+        )

@@ -1,4 +1,4 @@
-"""Private and gated repos, and paths that try to escape: the cache must not be a way around the Hub."""
+"""Private and gated repos, and paths that try to escape: the cache is no way around the Hub."""
 
 from __future__ import annotations
 
@@ -20,17 +20,29 @@ def test_one_identity_cached_gated_file_never_reaches_another(fake_hub, start_ca
     repo = fake_hub.add(FakeRepo("org/gated", files, gated=True, readers={"alice"}))
     cache = start_cache()
 
-    got = snapshot_download("org/gated", endpoint=cache.url, cache_dir=tmp_path / "alice", token="alice")
+    got = snapshot_download(
+        "org/gated", endpoint=cache.url, cache_dir=tmp_path / "alice", token="alice"
+    )
     assert_same_files(Path(got), files)
 
     for token, status in (("bob", 403), (None, 401)):
         heads_before = fake_hub.requests["head"]
         with pytest.raises(GatedRepoError):
-            hf_hub_download("org/gated", SHARD, endpoint=cache.url, cache_dir=tmp_path / f"c{token}", token=token or False)
-        assert fake_hub.requests["head"] > heads_before, "the cache must ask upstream about a new caller"
+            hf_hub_download(
+                "org/gated",
+                SHARD,
+                endpoint=cache.url,
+                cache_dir=tmp_path / f"c{token}",
+                token=token or False,
+            )
+        assert fake_hub.requests["head"] > heads_before, (
+            "the cache must ask upstream about a new caller"
+        )
         # Even by commit, straight at the bytes, nothing cached comes out.
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        code, reply_headers, body = raw_request(cache.url, "GET", f"/org/gated/resolve/{repo.commit}/{SHARD}", headers)
+        code, reply_headers, body = raw_request(
+            cache.url, "GET", f"/org/gated/resolve/{repo.commit}/{SHARD}", headers
+        )
         assert (code, reply_headers["X-Error-Code"]) == (status, "GatedRepo")
         assert files[SHARD][:64] not in body
 
@@ -39,11 +51,17 @@ def test_private_repo_listings_and_files_stay_private(fake_hub, start_cache, tmp
     files = model_files(seed=11)
     repo = fake_hub.add(FakeRepo("org/private", files, private=True, readers={"alice"}))
     cache = start_cache()
-    snapshot_download("org/private", endpoint=cache.url, cache_dir=tmp_path / "alice", token="alice")
+    snapshot_download(
+        "org/private", endpoint=cache.url, cache_dir=tmp_path / "alice", token="alice"
+    )
 
     with pytest.raises(RepositoryNotFoundError):
-        snapshot_download("org/private", endpoint=cache.url, cache_dir=tmp_path / "anon", token=False)
-    code, _, body = raw_request(cache.url, "GET", f"/api/models/org/private/tree/{repo.commit}?recursive=true")
+        snapshot_download(
+            "org/private", endpoint=cache.url, cache_dir=tmp_path / "anon", token=False
+        )
+    code, _, body = raw_request(
+        cache.url, "GET", f"/api/models/org/private/tree/{repo.commit}?recursive=true"
+    )
     assert code == 401
     assert b"safetensors" not in body, "a cached private listing leaked"
     code, _, body = raw_request(cache.url, "GET", f"/org/private/resolve/{repo.commit}/{SHARD}")
@@ -61,7 +79,9 @@ def test_access_decisions_expire(fake_hub, start_cache, tmp_path):
 
     repo.readers.clear()  # the Hub withdraws alice's access
     deadline = time.monotonic() + 10
-    while (status := raw_request(cache.url, "GET", url, auth)[0]) == 200 and time.monotonic() < deadline:
+    while (
+        status := raw_request(cache.url, "GET", url, auth)[0]
+    ) == 200 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert status == 403, "a withdrawn access was still honoured after --auth-ttl"
 

@@ -1,4 +1,4 @@
-"""Blob bytes: Range semantics, fills shared while in flight, verification, eviction, a Hub that is down."""
+"""Blob bytes: Range semantics, shared fills, verification, eviction, a Hub that is down."""
 
 from __future__ import annotations
 
@@ -23,13 +23,23 @@ def test_range_requests_answer_206_clamped_and_416_past_the_end(fake_hub, start_
     url = f"/org/ranges/resolve/{repo.commit}/{SHARD}"
 
     status, headers, _ = raw_request(cache.url, "HEAD", url)
-    assert (status, headers["Content-Length"], headers["Accept-Ranges"]) == (200, str(size), "bytes")
-    for stored in (False, True):  # the first pass fills the blob, the second serves it stored
+    assert (status, headers["Content-Length"], headers["Accept-Ranges"]) == (
+        200,
+        str(size),
+        "bytes",
+    )
+    for stored in (
+        False,
+        True,
+    ):  # the first pass fills the blob, the second serves it stored
         cases = {
             "bytes=0-0": (0, 0),
             "bytes=10-": (10, size - 1),
             "bytes=5-9": (5, 9),
-            f"bytes=0-{size}": (0, size - 1),  # hf_transfer asks one past the end: clamp
+            f"bytes=0-{size}": (
+                0,
+                size - 1,
+            ),  # hf_transfer asks one past the end: clamp
             "bytes=-100": (size - 100, size - 1),
         }
         for header, (start, end) in cases.items():
@@ -79,9 +89,15 @@ def test_a_fill_survives_the_client_that_started_it(fake_hub, start_cache):
     cache = start_cache()
     host, port = cache.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as client:
-        client.sendall(f"GET /org/left/resolve/{repo.commit}/{SHARD} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        client.sendall(
+            f"GET /org/left/resolve/{repo.commit}/{SHARD} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
         client.recv(65536)  # headers and the first bytes, then hang up
-    wait_until(lambda: cache.metrics()["store_blobs"] == 1, 20, "the abandoned fill to complete")
+    wait_until(
+        lambda: cache.metrics()["store_blobs"] == 1,
+        20,
+        "the abandoned fill to complete",
+    )
     fake_hub.reset_counts()
     status, _, body = raw_request(cache.url, "GET", f"/org/left/resolve/{repo.commit}/{SHARD}")
     assert (status, body) == (200, content)
@@ -121,7 +137,13 @@ def test_least_recently_used_blobs_go_first_under_the_size_limit(fake_hub, start
         status, _, body = raw_request(cache.url, "GET", f"/org/lru/resolve/{repo.commit}/{name}")
         assert (status, body) == (200, shards[name])
 
-    for name in ("s0", "s1", "s2", "s0", "s3"):  # s1 is least recently used when s3 arrives
+    for name in (
+        "s0",
+        "s1",
+        "s2",
+        "s0",
+        "s3",
+    ):  # s1 is least recently used when s3 arrives
         get(f"{name}.safetensors")
     metrics = cache.metrics()
     assert metrics["store_bytes"] <= metrics["store_limit_bytes"]

@@ -1,4 +1,4 @@
-"""The real huggingface_hub client (library and `hf` command) through the cache, against the fake Hub."""
+"""The real huggingface_hub client (library and `hf` command) through the cache to the fake Hub."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def blob_requests(hub: FakeHub) -> int:
     return sum(hub.requests[kind] for kind in BLOB_KINDS)
 
 
-def test_snapshot_download_is_byte_identical_and_a_warm_one_fetches_no_blob(fake_hub, start_cache, tmp_path):
+def test_snapshot_download_is_byte_identical_and_a_warm_one_fetches_no_blob(
+    fake_hub, start_cache, tmp_path
+):
     files = model_files()
     fake_hub.add(FakeRepo("org/model", files))
     cache = start_cache()
@@ -42,22 +44,38 @@ def test_snapshot_download_is_byte_identical_and_a_warm_one_fetches_no_blob(fake
     assert metrics["upstream_bytes_total"] == sum(map(len, files.values()))
 
 
-def test_hf_hub_download_of_a_branch_then_warm_from_a_second_client(fake_hub, start_cache, tmp_path):
+def test_hf_hub_download_of_a_branch_then_warm_from_a_second_client(
+    fake_hub, start_cache, tmp_path
+):
     files = model_files(seed=1)
     fake_hub.add(FakeRepo("org/branchy", files))
     cache = start_cache()
     name = "model-00001-of-00002.safetensors"
 
-    first = hf_hub_download("org/branchy", name, revision="main", endpoint=cache.url, cache_dir=tmp_path / "a")
+    first = hf_hub_download(
+        "org/branchy",
+        name,
+        revision="main",
+        endpoint=cache.url,
+        cache_dir=tmp_path / "a",
+    )
     assert Path(first).read_bytes() == files[name]
     fake_hub.reset_counts()
-    second = hf_hub_download("org/branchy", name, revision="main", endpoint=cache.url, cache_dir=tmp_path / "b")
+    second = hf_hub_download(
+        "org/branchy",
+        name,
+        revision="main",
+        endpoint=cache.url,
+        cache_dir=tmp_path / "b",
+    )
     assert Path(second).read_bytes() == files[name]
     assert blob_requests(fake_hub) == 0
     assert fake_hub.requests["head"] == 0, "the ref is fresh for --ref-ttl: no HEAD upstream"
 
 
-def test_hf_command_downloads_through_the_cache_and_the_token_never_reaches_the_cdn(fake_hub, start_cache, tmp_path):
+def test_hf_command_downloads_through_the_cache_and_the_token_never_reaches_the_cdn(
+    fake_hub, start_cache, tmp_path
+):
     hf = shutil.which("hf", path=str(Path(sys.executable).parent)) or shutil.which("hf")
     if hf is None:
         pytest.skip("the `hf` command of huggingface_hub is not installed in this environment")
@@ -83,7 +101,7 @@ def test_xet_signals_never_reach_the_client(fake_hub, start_cache):
     files = model_files(seed=3)
     repo = fake_hub.add(FakeRepo("org/xet", files))
     cache = start_cache()
-    path = f"/org/xet/resolve/main/model-00001-of-00002.safetensors"
+    path = "/org/xet/resolve/main/model-00001-of-00002.safetensors"
     status, headers, _ = raw_request(cache.url, "HEAD", path)
     assert status == 200
     assert not [name for name in headers if name.lower().startswith("x-xet")], dict(headers)
@@ -91,7 +109,9 @@ def test_xet_signals_never_reach_the_client(fake_hub, start_cache):
     assert headers["X-Repo-Commit"] == repo.commit
     assert headers["ETag"] == f'"{repo.etag("model-00001-of-00002.safetensors")}"'
 
-    status, headers, body = raw_request(cache.url, "GET", f"/api/models/org/xet/tree/{repo.commit}?recursive=true")
+    status, headers, body = raw_request(
+        cache.url, "GET", f"/api/models/org/xet/tree/{repo.commit}?recursive=true"
+    )
     assert status == 200
     assert b"xetHash" not in body
     link = headers["Link"]
@@ -103,8 +123,14 @@ def test_missing_file_and_revision_keep_the_hub_error_codes(fake_hub, start_cach
     repo = fake_hub.add(FakeRepo("org/errs", model_files(seed=4)))
     cache = start_cache()
     status, headers, _ = raw_request(cache.url, "HEAD", "/org/errs/resolve/main/nope.txt")
-    assert (status, headers["X-Error-Code"], headers["X-Repo-Commit"]) == (404, "EntryNotFound", repo.commit)
+    assert (status, headers["X-Error-Code"], headers["X-Repo-Commit"]) == (
+        404,
+        "EntryNotFound",
+        repo.commit,
+    )
     status, headers, _ = raw_request(cache.url, "GET", "/api/models/org/errs/revision/v9")
     assert (status, headers["X-Error-Code"]) == (404, "RevisionNotFound")
-    status, _, _ = raw_request(cache.url, "GET", f"/api/models/org/errs/xet-read-token/{repo.commit}")
+    status, _, _ = raw_request(
+        cache.url, "GET", f"/api/models/org/errs/xet-read-token/{repo.commit}"
+    )
     assert status == 404

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from multinode_llm.cache.peers import rendezvous
 from multinode_llm.local.netns import NETNS_ETC, Host, Network
+
 from tests.cache.fake_hub import FakeHub, FakeRepo
 from tests.cache.harness import CacheProcess, hf_env, model_files, wait_until
 
@@ -40,7 +40,12 @@ PEER_COUNT, CLIENT_COUNT = 4, 8
 @pytest.fixture
 def network() -> Iterator[Network]:
     with LOCK.open("w") as lock:
-        wait_until(lambda: _try_lock(lock), 600, f"{LOCK} (another run holds the {PREFIX} network)", 0.5)
+        wait_until(
+            lambda: _try_lock(lock),
+            600,
+            f"{LOCK} (another run holds the {PREFIX} network)",
+            0.5,
+        )
         net = Network(PREFIX, SUBNET)
         net.create()
         try:
@@ -65,7 +70,9 @@ def hub_on_bridge(network: Network) -> Iterator[FakeHub]:
 
 
 @pytest.fixture
-def nodes(network: Network, hub_on_bridge: FakeHub, tmp_path: Path) -> Iterator[list[tuple[Host, CacheProcess]]]:
+def nodes(
+    network: Network, hub_on_bridge: FakeHub, tmp_path: Path
+) -> Iterator[list[tuple[Host, CacheProcess]]]:
     hosts = [network.add_host(f"p{index}") for index in range(PEER_COUNT)]
     for host in hosts:  # one name, every peer's address: what a headless Service answers
         lines = ["127.0.0.1 localhost", *(f"{peer.ip} {PEERS_NAME}" for peer in hosts)]
@@ -87,7 +94,11 @@ def nodes(network: Network, hub_on_bridge: FakeHub, tmp_path: Path) -> Iterator[
         for cache in caches:
             cache.wait_ready()
         for cache in caches:
-            wait_until(lambda c=cache: c.metrics()["peers_live"] == PEER_COUNT, 30, f"{cache.url} to see every peer")
+            wait_until(
+                lambda c=cache: c.metrics()["peers_live"] == PEER_COUNT,
+                30,
+                f"{cache.url} to see every peer",
+            )
         yield list(zip(hosts, caches, strict=True))
     finally:
         for cache in caches:
@@ -95,7 +106,9 @@ def nodes(network: Network, hub_on_bridge: FakeHub, tmp_path: Path) -> Iterator[
             print(f"--- {cache.log_path.name} ---\n{cache.log_tail(25)}")
 
 
-def start_client(host: Host, cache: CacheProcess, repo_id: str, workdir: Path) -> subprocess.Popen[bytes]:
+def start_client(
+    host: Host, cache: CacheProcess, repo_id: str, workdir: Path
+) -> subprocess.Popen[bytes]:
     hf = shutil.which("hf", path=str(Path(sys.executable).parent)) or "hf"
     workdir.mkdir(parents=True)
     return subprocess.Popen(
@@ -106,7 +119,11 @@ def start_client(host: Host, cache: CacheProcess, repo_id: str, workdir: Path) -
     )
 
 
-def finish(clients: list[subprocess.Popen[bytes]], workdirs: list[Path], files: dict[str, bytes]) -> None:
+def finish(
+    clients: list[subprocess.Popen[bytes]],
+    workdirs: list[Path],
+    files: dict[str, bytes],
+) -> None:
     deadline = time.monotonic() + 240
     for client, workdir in zip(clients, workdirs, strict=True):
         try:
@@ -117,22 +134,30 @@ def finish(clients: list[subprocess.Popen[bytes]], workdirs: list[Path], files: 
         log = (workdir / "out.log").read_text(errors="replace")[-2000:]
         assert client.returncode == 0, f"client in {workdir.name} failed:\n{log}"
         for path, content in files.items():
-            assert (workdir / "model" / path).read_bytes() == content, f"{workdir.name}: {path} differs"
+            assert (workdir / "model" / path).read_bytes() == content, (
+                f"{workdir.name}: {path} differs"
+            )
 
 
-def test_four_peers_and_eight_clients_fetch_each_blob_from_upstream_once(nodes, hub_on_bridge, tmp_path):
+def test_four_peers_and_eight_clients_fetch_each_blob_from_upstream_once(
+    nodes, hub_on_bridge, tmp_path
+):
     files = model_files(seed=30, shard_size=16 << 20)
     hub_on_bridge.add(FakeRepo("org/fanout", files))
     workdirs = [tmp_path / f"client{index}" for index in range(CLIENT_COUNT)]
     clients = [
-        start_client(*nodes[index % PEER_COUNT], "org/fanout", workdir) for index, workdir in enumerate(workdirs)
+        start_client(*nodes[index % PEER_COUNT], "org/fanout", workdir)
+        for index, workdir in enumerate(workdirs)
     ]
     finish(clients, workdirs, files)
 
     model_size = sum(map(len, files.values()))
     upstream_bytes = hub_on_bridge.blob_bytes.total()
-    print(f"four peers, eight clients: upstream bytes / model size = {upstream_bytes / model_size:.3f}")
-    assert dict(hub_on_bridge.blob_gets) == dict.fromkeys(files, 1), "a blob was fetched upstream twice"
+    ratio = upstream_bytes / model_size
+    print(f"four peers, eight clients: upstream bytes / model size = {ratio:.3f}")
+    assert dict(hub_on_bridge.blob_gets) == dict.fromkeys(files, 1), (
+        "a blob was fetched upstream twice"
+    )
     assert upstream_bytes == model_size
     peer_bytes = sum(cache.metrics()["peer_bytes_total"] for _, cache in nodes)
     assert peer_bytes > 0, "no node fetched from a peer: every node went upstream"
@@ -153,11 +178,16 @@ def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(nodes, hub_on_b
         start_client(*survivors[index % len(survivors)], "org/survive", workdir)
         for index, workdir in enumerate(workdirs)
     ]
-    wait_until(lambda: hub_on_bridge.blob_bytes[big] >= 6 << 20, 120, "the owner to be mid-transfer")
+    wait_until(
+        lambda: hub_on_bridge.blob_bytes[big] >= 6 << 20,
+        120,
+        "the owner to be mid-transfer",
+    )
     victim.kill()
     finish(clients, workdirs, files)
 
     size = len(files[big])
-    print(f"owner killed mid-transfer: upstream bytes for the big blob / its size = {hub_on_bridge.blob_bytes[big] / size:.3f}")
+    ratio = hub_on_bridge.blob_bytes[big] / size
+    print(f"owner killed mid-transfer: upstream bytes of the big blob / its size = {ratio:.3f}")
     assert hub_on_bridge.blob_bytes[big] < 2 * size, "the heir started over instead of resuming"
     assert sum(cache.metrics()["peer_retries_total"] for _, cache in survivors) >= 1

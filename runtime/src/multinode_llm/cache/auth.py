@@ -1,4 +1,4 @@
-"""Who may read what: public repos for everyone, private and gated ones per caller, decided upstream.
+"""Who may read what: public repos for all, private and gated ones per caller, decided upstream.
 
 A repo's visibility comes from upstream's own answer to an anonymous ``GET /api/{type}/{repo}``:
 files are public when the repo is neither private nor gated; its listings are public when it is not

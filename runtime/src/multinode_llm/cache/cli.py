@@ -1,4 +1,4 @@
-"""``multinode-llm cache serve``: the Hub pull-through cache of one node, sharing blobs with its peers.
+"""``multinode-llm cache serve``: one node's Hub pull-through cache, sharing blobs with its peers.
 
 Clients point ``HF_ENDPOINT`` at it (and may set ``HF_HUB_DISABLE_XET=1`` as a second safety net).
 """
@@ -115,11 +115,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
         args.store.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(
-            f"--store {str(args.store)!r} cannot be created ({error.strerror}): pass a writable directory"
+            f"--store {str(args.store)!r} cannot be created ({error.strerror}): "
+            "pass a writable directory"
         ) from None
     if not os.access(args.store, os.W_OK):
         raise UserError(
-            f"--store {str(args.store)!r} is not writable by uid {os.getuid()}: mount a writable volume there"
+            f"--store {str(args.store)!r} is not writable by uid {os.getuid()}: "
+            "mount a writable volume there"
         )
     return Settings(
         upstream=args.upstream.rstrip("/"),

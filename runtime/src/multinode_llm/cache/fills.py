@@ -1,4 +1,4 @@
-"""Fills: a blob on its way in, hashed as it lands, readable while it grows, published only if right.
+"""Fills: a blob on its way in, hashed as it lands, readable as it grows, published only if right.
 
 One fill per blob key however many requests want it (concurrent misses coalesce). A fill is a task
 of its own, not part of any request, so a client that hangs up does not cancel it: the next client
@@ -34,7 +34,7 @@ UPSTREAM_ATTEMPTS = 3
 
 
 class FillFailedError(Exception):
-    """The fill ended without a verified blob; ``status`` and ``headers`` answer a client not yet served."""
+    """The fill ended without a verified blob; ``status`` and ``headers`` answer waiting clients."""
 
     def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
@@ -68,11 +68,11 @@ class Fill:
     _progress: asyncio.Event = field(default_factory=asyncio.Event)
 
     def open_reader(self) -> BinaryIO:
-        """A file object on the partial file that stays valid after it is renamed or the fill ends."""
+        """A file object on the partial file, valid after it is renamed or the fill ends."""
         return os.fdopen(os.dup(self.fd), "rb", buffering=0)
 
     async def wait_for(self, offset: int) -> None:
-        """Return once ``offset`` bytes are written; raise FillFailedError if the fill ends before that."""
+        """Return once ``offset`` bytes are written; raise FillFailedError if it ends first."""
         while self.written < offset:
             if self.outcome.done():
                 self.outcome.result()  # raises the failure
@@ -150,7 +150,8 @@ class Fills:
             if digest != fill.key.digest:
                 raise FillFailedError(
                     502,
-                    f"upstream bytes for {fill.key} hash to {digest}: refused, neither stored nor served",
+                    f"upstream bytes for {fill.key} hash to {digest}: "
+                    "refused, neither stored nor served",
                     {"X-Error-Code": "CorruptBlob"},
                 )
             await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fill.fd)

@@ -2,7 +2,7 @@
 
 | entry | key | lifetime |
 |---|---|---|
-| ref -> commit | (repo, revision) | ``ref_ttl`` seconds; an older answer only while upstream is down |
+| ref -> commit | (repo, revision) | ``ref_ttl`` seconds; older only while upstream is down |
 | file facts | (repo, commit, path) -> etag, size | immutable: kept on disk |
 | tree page | (repo, commit, path, query) -> JSON, next link | immutable: kept on disk |
 

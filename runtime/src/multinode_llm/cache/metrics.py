@@ -57,7 +57,9 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def _family(name: str, kind: str, help_text: str, samples: Sequence[tuple[str, float]]) -> list[str]:
+def _family(
+    name: str, kind: str, help_text: str, samples: Sequence[tuple[str, float]]
+) -> list[str]:
     full = f"{PREFIX}_{name}"
     lines = [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
     lines += [f"{full}{labels} {value}" for labels, value in samples]

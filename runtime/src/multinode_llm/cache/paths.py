@@ -1,4 +1,4 @@
-"""The request paths of the Hub protocol, parsed and validated: the one place a URL becomes a target.
+"""The Hub protocol's request paths, parsed and validated: the one place a URL becomes a target.
 
 Every path is split on ``/`` while still percent-encoded, and only then is each segment decoded, so
 an encoded slash can never create a segment. A path is refused (400) when a decoded segment is
@@ -171,10 +171,12 @@ def _repo(repo_type: str, segments: list[str]) -> Repo:
 
 
 def _revision(segment: str) -> str:
-    """A revision: one segment that may carry encoded slashes (refs%2Fpr%2F1), none of them empty."""
+    """A revision: one segment that may carry encoded slashes (refs%2Fpr%2F1), no empty part."""
     revision = _decode(segment, "revision")
     if not revision or any(part in ("", ".", "..") for part in revision.split("/")):
-        raise BadPathError(f"revision {revision!r} is not valid: use a branch, tag, refs/pr/N or commit")
+        raise BadPathError(
+            f"revision {revision!r} is not valid: use a branch, tag, refs/pr/N or commit"
+        )
     return revision
 
 

@@ -1,8 +1,9 @@
 """The Hub protocol subset clients use, answered from the cache where the Hub's rules allow.
 
 - ``HEAD|GET /{prefix}{repo}/resolve/{rev}/{path}``: the file's facts (commit, ETag, size) and its
-  bytes, 200 or 206/416. Facts are asked upstream once per (repo, commit, path); a ref is asked again
-  after ``ref_ttl``. Bytes come from the store, a fill in flight, a peer or upstream (see fills.py).
+  bytes, 200 or 206/416. Facts are asked upstream once per (repo, commit, path); a ref is asked
+  again after ``ref_ttl``. Bytes come from the store, a fill in flight, a peer or upstream (see
+  fills.py).
 - ``GET /api/{type}/{repo}[/revision/{rev}]``: always upstream (it resolves a ref), Xet stripped.
 - ``GET /api/{type}/{repo}/tree/{rev}[/{path}]``: cached per commit, pagination links rewritten.
 - ``/api/{type}/{repo}/xet-read-token/...``: 404, so no client goes around the cache.
@@ -15,6 +16,7 @@ can loop between nodes that disagree about who owns a blob.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -103,7 +105,7 @@ class Hub:
         facts = self.metadata.file(repo, commit, target.path) if commit else None
         if facts and fresh and await self._may_read(caller, target):
             return facts
-        # One upstream HEAD answers all three questions: the ref, the caller's right, the file's facts.
+        # One upstream HEAD answers three questions: the ref, the caller's right, the file's facts.
         try:
             reply = await self.upstream.head(target.url_path(), authorization)
         except UpstreamUnreachableError as unreachable:
@@ -142,7 +144,9 @@ class Hub:
     ) -> web.StreamResponse:
         key = BlobKey.from_etag(facts.etag)
         if key is None:
-            message = f"upstream ETag {facts.etag!r} is not a sha256 or git sha1, so the bytes cannot be verified"
+            message = (
+                f"upstream ETag {facts.etag!r} is neither a sha256 nor a git sha1: unverifiable"
+            )
             return error(502, "UnverifiableBlob", message)
         try:
             byte_range = parse_range(request.headers.get("Range"), facts.size)
@@ -211,7 +215,7 @@ class Hub:
     def _sources(
         self, key: BlobKey, path: str, authorization: str | None, from_peer: bool
     ) -> list[Source]:
-        """The blob's owner peer (and its heirs up to this node), then upstream; peers' requests: upstream."""
+        """The blob's owner (and heirs up to this node), then upstream; for peers: upstream only."""
         chain: list[Source] = []
         for peer in [] if from_peer else self.peers.ranking(str(key)):
             if peer == self.peers.me:
@@ -241,7 +245,7 @@ class Hub:
         return await self.passthrough(request, target.url_path())
 
     async def revision(self, request: web.Request, target: ApiTarget) -> web.StreamResponse:
-        """Repo info at a revision: always upstream (it resolves a ref); the answer teaches visibility."""
+        """Repo info at a revision: always upstream (it resolves a ref); it teaches visibility."""
         reply = await self.upstream.call(
             "GET", target.url_path() + _query(request), request.headers.get("Authorization")
         )
@@ -297,17 +301,15 @@ class Hub:
         )
         payload = reply.body
         if reply.headers.get("Content-Type", "").startswith("application/json") and payload:
-            try:
+            with contextlib.suppress(ValueError):
                 payload = json.dumps(strip_xet_json(json.loads(payload))).encode()
-            except ValueError:
-                pass
         return web.Response(
             status=reply.status, body=payload, headers=passed_headers(reply.headers, _base(request))
         )
 
 
 def facts_from_head(reply: Reply) -> FileFacts | str:
-    """A file's facts from an upstream HEAD answer (X-Linked-* win); a string says what is missing."""
+    """A file's facts from an upstream HEAD (X-Linked-* win); a string says what is missing."""
     headers = reply.headers
     commit = headers.get("X-Repo-Commit")
     etag = headers.get("X-Linked-Etag") or headers.get("ETag")
@@ -315,7 +317,8 @@ def facts_from_head(reply: Reply) -> FileFacts | str:
     if size is None and reply.status == 200:
         size = headers.get("Content-Length")
     if not commit or not etag or size is None or not size.isdigit():
-        return f"answer {reply.status} lacks X-Repo-Commit, an ETag or a size (got {commit!r}, {etag!r}, {size!r})"
+        got = f"got {commit!r}, {etag!r}, {size!r}"
+        return f"answer {reply.status} lacks X-Repo-Commit, an ETag or a size ({got})"
     return FileFacts(commit=commit, etag=etag.removeprefix("W/").strip('"'), size=int(size))
 
 

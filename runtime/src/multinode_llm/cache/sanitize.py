@@ -30,7 +30,7 @@ def strip_xet_json(value: Any) -> Any:
 
 
 def rewrite_links(header: str, base_url: str) -> str | None:
-    """A ``Link`` header without Xet entries, its URLs moved onto ``base_url``; None if none are left."""
+    """``header`` without Xet entries, its URLs moved onto ``base_url``; None if none are left."""
     kept: list[str] = []
     for match in _LINK.finditer(header):
         url, params = match.group(1), match.group(2)

@@ -1,4 +1,4 @@
-"""The blob store: verified, immutable files named by their content hash, evicted least recently used.
+"""The blob store: verified, immutable files named by their content hash, evicted LRU first.
 
 Layout under the store directory::
 
@@ -157,7 +157,7 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?$")
 
 
 def parse_size(text: str) -> int:
-    """Bytes from ``500G``, ``1.5Ti``, ``200Mi``, ``10GB`` or a plain number; ValueError otherwise."""
+    """Bytes from ``500G``, ``1.5Ti``, ``200Mi``, ``10GB`` or a number; ValueError otherwise."""
     match = _SIZE.match(text.strip().lower())
     if not match:
         raise ValueError(

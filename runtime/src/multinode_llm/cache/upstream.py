@@ -1,4 +1,4 @@
-"""Requests to the upstream hub: the caller's token forwarded, redirects followed by the cache itself.
+"""Requests to the upstream hub: the caller's token forwarded, redirects followed by the cache.
 
 The Hub answers a file download with a redirect to a CDN on another host. Passing that redirect to
 the client would be a cache bypass, so the cache follows it, and like every well-behaved client it
@@ -121,7 +121,7 @@ class Upstream:
     async def open_blob(
         self, path: str, authorization: str | None, offset: int
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """GET a file's bytes from ``offset`` on, following every redirect with auth kept in origin."""
+        """GET a file's bytes from ``offset`` on, following redirects (auth kept in origin)."""
         self.metrics.upstream_requests["blob"] += 1
         async with fetch_following(
             self.session, self.base_url + path, authorization, offset
@@ -137,7 +137,7 @@ async def fetch_following(
     offset: int,
     extra: Mapping[str, str] | None = None,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """GET ``url`` (Range from ``offset``), redirects followed by hand; yields a 200 or 206 response."""
+    """GET ``url`` (Range from ``offset``), redirects followed by hand; yields a 200 or 206."""
     headers = request_headers(authorization, extra)
     if offset:
         headers["Range"] = f"bytes={offset}-"
