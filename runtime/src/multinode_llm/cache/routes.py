@@ -343,7 +343,8 @@ def relay_error(reply: Reply) -> web.Response:
 def error(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> web.Response:
-    one_line = " ".join(message.split())
+    # Header values must be Latin-1; file names need not be.
+    one_line = " ".join(message.split()).encode("ascii", "backslashreplace").decode()
     response_headers = {**(headers or {}), "X-Error-Code": code, "X-Error-Message": one_line[:1000]}
     return web.json_response({"error": one_line}, status=status, headers=response_headers)
 

@@ -97,7 +97,11 @@ async def running(settings: Settings) -> AsyncIterator[web.TCPSite]:
     app.router.add_get("/ready", partial_ready(store))
     app.router.add_get("/metrics", partial_metrics(metrics))
     app.router.add_route("*", "/{tail:.*}", hub.handle)
-    runner = web.AppRunner(app, access_log=log if log.isEnabledFor(logging.DEBUG) else None)
+    runner = web.AppRunner(
+        app,
+        access_log=log if log.isEnabledFor(logging.DEBUG) else None,
+        shutdown_timeout=5,  # well inside a pod's grace period; clients resume elsewhere
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
     await site.start()

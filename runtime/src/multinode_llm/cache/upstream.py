@@ -62,6 +62,11 @@ def request_headers(
     return headers
 
 
+def _bare(url: str) -> str:
+    """``url`` without its query: signed CDN URLs must not end up in logs or error messages."""
+    return url.partition("?")[0]
+
+
 def same_origin(a: str, b: str) -> bool:
     first, second = urlsplit(a), urlsplit(b)
     return (first.scheme, first.netloc) == (second.scheme, second.netloc)
@@ -91,7 +96,7 @@ class Upstream:
                         return Reply(response.status, response.headers)
                     url = target
             except (aiohttp.ClientError, TimeoutError) as error:
-                raise UpstreamUnreachableError(f"HEAD {url}: {error!r}") from error
+                raise UpstreamUnreachableError(f"HEAD {_bare(url)}: {error!r}") from error
         raise UpstreamUnreachableError(f"HEAD {path}: more than {MAX_REDIRECTS} redirects")
 
     async def call(
@@ -145,7 +150,7 @@ async def fetch_following(
         try:
             response = await session.get(url, headers=headers, allow_redirects=False)
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise UpstreamUnreachableError(f"GET {url}: {error!r}") from error
+            raise UpstreamUnreachableError(f"GET {_bare(url)}: {error!r}") from error
         try:
             location = response.headers.get("Location")
             if response.status in _REDIRECTS and location:
@@ -159,7 +164,7 @@ async def fetch_following(
             return
         finally:
             response.release()
-    raise UpstreamUnreachableError(f"GET {url}: more than {MAX_REDIRECTS} redirects")
+    raise UpstreamUnreachableError(f"GET {_bare(url)}: more than {MAX_REDIRECTS} redirects")
 
 
 def _check_blob_status(response: aiohttp.ClientResponse, offset: int) -> None:
