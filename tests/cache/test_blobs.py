@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 import pytest
 from huggingface_hub import hf_hub_download
+from multinode_llm.cache import responses
+from multinode_llm.cache.server import Settings, running
 
 from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import model_files, raw_request, wait_until
+from tests.cache.harness import free_port, model_files, raw_request, wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
 
@@ -173,3 +177,26 @@ def test_a_warm_cache_serves_while_the_hub_is_down(fake_hub, start_cache, tmp_pa
     fake_hub.stop()
     again = hf_hub_download("org/offline", SHARD, endpoint=cache.url, cache_dir=tmp_path / "b")
     assert Path(again).read_bytes() == Path(first).read_bytes() == files[SHARD]
+
+
+def test_transfers_go_on_in_the_event_loop_when_every_sender_thread_is_busy(
+    fake_hub, tmp_path, monkeypatch
+):
+    """In-process, with no sender thread free: bytes still go out by the event loop's sendfile."""
+    files = model_files(seed=27)
+    repo = fake_hub.add(FakeRepo("org/busy", files))
+    monkeypatch.setattr(responses._SENDERS, "busy", responses._SENDERS.threads)
+    settings = Settings(
+        upstream=fake_hub.url, store=tmp_path / "store", port=free_port(), host="127.0.0.1"
+    )
+
+    async def download_twice() -> list[bytes]:
+        async with running(settings), aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{settings.port}/org/busy/resolve/{repo.commit}/{SHARD}"
+            bodies = []
+            for _ in range(2):  # a fill followed, then a stored blob
+                async with session.get(url) as response:
+                    bodies.append(await response.read())
+            return bodies
+
+    assert asyncio.run(download_twice()) == [files[SHARD]] * 2

@@ -29,7 +29,22 @@ log = logging.getLogger(__name__)
 FOLLOW_STEP = 4 << 20  # a reader of a fill waits for this much more before the next sendfile
 STALL_TIMEOUT = 120.0  # seconds a client may read nothing before its transfer is dropped
 _POLL_MS = 1000
-_SENDERS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="sendfile")
+
+
+class _Senders:
+    """Threads for sendfile; when all are busy, a transfer runs in the event loop, not a queue."""
+
+    def __init__(self, threads: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sendfile")
+        self.threads = threads
+        self.busy = 0
+
+    @property
+    def available(self) -> bool:
+        return self.busy < self.threads
+
+
+_SENDERS = _Senders(32)
 _DISCONNECTS = (ConnectionError, TimeoutError, asyncio.CancelledError)
 
 
@@ -110,7 +125,7 @@ async def _send(
     if transport is None or transport.is_closing():
         raise ConnectionResetError("client connection closed")
     sock = transport.get_extra_info("socket")
-    if sock is not None and not transport.get_write_buffer_size():
+    if sock is not None and not transport.get_write_buffer_size() and _SENDERS.available:
         sent = await _send_in_thread(transport, sock.fileno(), file, offset, count)
     else:
         try:
@@ -138,11 +153,13 @@ async def _send_in_thread(
     stop = threading.Event()
     duplicate = os.dup(sock_fd)
     loop = asyncio.get_running_loop()
+    _SENDERS.busy += 1
     try:
         return await loop.run_in_executor(
-            _SENDERS, _sendfile_blocking, duplicate, file.fileno(), offset, count, stop
+            _SENDERS.pool, _sendfile_blocking, duplicate, file.fileno(), offset, count, stop
         )
     finally:
+        _SENDERS.busy -= 1
         stop.set()  # also ends the thread's work if this coroutine was cancelled
         if was_reading and not transport.is_closing():
             transport.resume_reading()
