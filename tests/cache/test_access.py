@@ -116,3 +116,19 @@ def test_path_tricks_get_400_and_never_reach_upstream(fake_hub, start_cache, pat
         assert status == 400, f"{method} {path} answered {status}"
     assert headers["X-Error-Code"] == "BadRequest"
     assert fake_hub.requests.total() == 0, f"{path} reached upstream: {dict(fake_hub.requests)}"
+
+
+def test_the_cache_only_reads(fake_hub, start_cache):
+    fake_hub.add(FakeRepo("org/model", model_files(seed=14)))
+    cache = start_cache()
+    for method, path in (
+        ("DELETE", "/api/repos/delete"),
+        ("PUT", "/api/models/org/model/settings"),
+    ):
+        status, headers, _ = raw_request(cache.url, method, path, {"Authorization": "Bearer alice"})
+        assert (status, headers["X-Error-Code"]) == (405, "MethodNotAllowed")
+    assert fake_hub.requests.total() == 0
+    status, _, body = raw_request(
+        cache.url, "GET", "/api/whoami-v2", {"Authorization": "Bearer alice"}
+    )
+    assert (status, body) == (200, b'{"name": "alice"}')

@@ -24,7 +24,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DOUBLE_ENCODED = re.compile(r"%(2e|2f|5c|25|00)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
-API_ACTIONS = frozenset({"revision", "tree", "paths-info", "xet-read-token", "preupload", "commit"})
+API_ACTIONS = frozenset(
+    {"revision", "tree", "paths-info", "xet-read-token", "preupload", "commit", "commits", "refs"}
+)
 
 
 class BadPathError(ValueError):
@@ -143,20 +145,18 @@ def _parse_api(raw: list[str]) -> ApiTarget | OtherTarget:
 
 
 def _repo_length(raw: list[str], keyword: str | None) -> int | None:
-    """How many segments the repo id spans: 2 (org/name), or 1 for a legacy name such as gpt2."""
-    keywords = {keyword} if keyword else API_ACTIONS
+    """How many segments the repo id spans: 2 (org/name), or 1 for a legacy name such as gpt2.
 
-    def fits(length: int) -> bool:
-        if len(raw) < length:
-            return False
-        after = raw[length] if len(raw) > length else None
-        return after in keywords if keyword else (after is None or after in keywords)
-
-    if fits(2):
-        return 2
-    if fits(1):
-        return 1
-    return None
+    In a resolve URL the repo is what precedes ``resolve``; in an API path it is one segment when
+    that alone is the path or a known action follows it, else two.
+    """
+    if keyword:
+        if len(raw) > 2 and raw[2] == keyword:
+            return 2
+        return 1 if len(raw) > 1 and raw[1] == keyword else None
+    if not raw:
+        return None
+    return 1 if len(raw) == 1 or raw[1] in API_ACTIONS else 2
 
 
 def _repo(repo_type: str, segments: list[str]) -> Repo:

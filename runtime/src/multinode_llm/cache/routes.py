@@ -7,7 +7,8 @@
 - ``GET /api/{type}/{repo}[/revision/{rev}]``: always upstream (it resolves a ref), Xet stripped.
 - ``GET /api/{type}/{repo}/tree/{rev}[/{path}]``: cached per commit, pagination links rewritten.
 - ``/api/{type}/{repo}/xet-read-token/...``: 404, so no client goes around the cache.
-- anything else under a valid path: passed through upstream with the caller's token.
+- ``POST /api/{type}/{repo}/paths-info/{rev}`` and any other GET under a valid path: passed through
+  upstream with the caller's token. Writes (PUT, DELETE, other POSTs) get 405: the cache only reads.
 
 Peers speak the same protocol to each other. A request from a peer (header ``PEER_HEADER``) is
 authorized like any other but never forwarded to a third peer, so owners go upstream and no request
@@ -71,6 +72,8 @@ class Hub:
                 return await self.resolve(request, target)
             if isinstance(target, ApiTarget):
                 return await self.api(request, target)
+            if request.method not in ("GET", "HEAD"):
+                return read_only(request)
             return await self.passthrough(request, target.raw_path)
         except UpstreamUnreachableError as unreachable:
             return error(502, "UpstreamUnreachableError", str(unreachable))
@@ -242,6 +245,10 @@ class Hub:
             return await self.revision(request, target)
         if request.method == "GET" and target.action == "tree" and target.revision:
             return await self.tree(request, target)
+        if request.method not in ("GET", "HEAD") and not (
+            request.method == "POST" and target.action == "paths-info"  # a read, despite POST
+        ):
+            return read_only(request)
         return await self.passthrough(request, target.url_path())
 
     async def revision(self, request: web.Request, target: ApiTarget) -> web.StreamResponse:
@@ -327,6 +334,13 @@ def tree_response(page: TreePage, base_url: str) -> web.Response:
     if page.next_link:
         response.headers["Link"] = f'<{base_url}{page.next_link}>; rel="next"'
     return response
+
+
+def read_only(request: web.Request) -> web.Response:
+    message = (
+        f"{request.method} is not served: the cache only reads; send changes to the Hub itself"
+    )
+    return error(405, "MethodNotAllowed", message)
 
 
 def relay_error(reply: Reply) -> web.Response:
