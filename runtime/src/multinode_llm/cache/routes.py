@@ -17,11 +17,11 @@ can loop between nodes that disagree about who owns a blob.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -76,7 +76,7 @@ class Hub:
                 return read_only(request)
             return await self.passthrough(request, target.raw_path)
         except UpstreamUnreachableError as unreachable:
-            return error(502, "UpstreamUnreachableError", str(unreachable))
+            return error(502, "UpstreamUnreachable", str(unreachable))
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -112,13 +112,11 @@ class Hub:
         try:
             reply = await self.upstream.head(target.url_path(), authorization)
         except UpstreamUnreachableError as unreachable:
-            if facts and await self._may_read(
-                caller, target
-            ):  # the Hub is down: the last ref stands
-                return facts
-            return error(502, "UpstreamUnreachableError", str(unreachable))
+            if facts and await self._may_read(caller, target):
+                return facts  # the Hub is down: the last known ref stands
+            return error(502, "UpstreamUnreachable", str(unreachable))
         if reply.status >= 500 and facts and await self._may_read(caller, target):
-            return facts
+            return facts  # the Hub is failing: likewise
         if not reply.ok:
             return relay_error(reply)
         learned = facts_from_head(reply)
@@ -184,7 +182,7 @@ class Hub:
         except FillFailedError as failure:
             return error(
                 failure.status,
-                failure.headers.get("X-Error-Code", "FillFailedError"),
+                failure.headers.get("X-Error-Code", "FillFailed"),
                 str(failure),
                 {**headers, **failure.headers},
             )
@@ -211,7 +209,7 @@ class Hub:
                 self._sources(key, target.url_path(facts.commit), authorization, from_peer),
             )
         except StoreFullError as full:
-            return error(507, "StoreFullError", str(full))
+            return error(507, "StoreFull", str(full))
         self.metrics.misses_total += 1
         return fill
 
@@ -257,8 +255,7 @@ class Hub:
             "GET", target.url_path() + _query(request), request.headers.get("Authorization")
         )
         body = reply.body
-        if reply.status == 200:
-            info = json.loads(body)
+        if reply.status == 200 and (info := parse_json(body)) is not None:
             self.visibilities.learn(target.repo, Visibility.from_repo_info(info))
             if target.revision and isinstance(info, dict) and is_commit(str(info.get("sha", ""))):
                 self.metadata.set_ref(target.repo, target.revision, str(info["sha"]))
@@ -284,9 +281,13 @@ class Hub:
                 body=reply.body,
                 headers=passed_headers(reply.headers, _base(request)),
             )
+        listing = parse_json(reply.body)
+        if listing is None:
+            return error(
+                502, "BadUpstreamTree", f"upstream's listing of {target.url_path()} is not JSON"
+            )
         page = TreePage(
-            json.dumps(strip_xet_json(json.loads(reply.body))).encode(),
-            next_link(reply.headers.get("Link")),
+            json.dumps(strip_xet_json(listing)).encode(), next_link(reply.headers.get("Link"))
         )
         if cacheable:
             self.metadata.set_tree(target.repo, target.revision, target.path, query, page)
@@ -307,12 +308,20 @@ class Hub:
             request.headers.get("Content-Type"),
         )
         payload = reply.body
-        if reply.headers.get("Content-Type", "").startswith("application/json") and payload:
-            with contextlib.suppress(ValueError):
-                payload = json.dumps(strip_xet_json(json.loads(payload))).encode()
+        is_json = reply.headers.get("Content-Type", "").startswith("application/json")
+        if is_json and (parsed := parse_json(payload)) is not None:
+            payload = json.dumps(strip_xet_json(parsed)).encode()
         return web.Response(
             status=reply.status, body=payload, headers=passed_headers(reply.headers, _base(request))
         )
+
+
+def parse_json(body: bytes) -> Any:
+    """``body`` parsed, or None when it is not JSON."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 def facts_from_head(reply: Reply) -> FileFacts | str:
