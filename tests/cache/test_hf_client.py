@@ -134,3 +134,15 @@ def test_missing_file_and_revision_keep_the_hub_error_codes(fake_hub, start_cach
         cache.url, "GET", f"/api/models/org/errs/xet-read-token/{repo.commit}"
     )
     assert status == 404
+
+
+def test_health_and_metrics_endpoints(start_cache):
+    cache = start_cache()
+    assert raw_request(cache.url, "GET", "/live")[0] == 200
+    status, _, body = raw_request(cache.url, "GET", "/ready")
+    assert (status, b'"ready": true' in body) == (200, True)
+    status, headers, body = raw_request(cache.url, "GET", "/metrics")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain")
+    for name in ("hits", "misses", "upstream_bytes", "peer_bytes", "served_bytes"):
+        assert f"# TYPE multinode_llm_cache_{name}_total counter" in body.decode()

@@ -129,7 +129,11 @@ class Fills:
         """Begin filling ``key`` (raises StoreFullError when it cannot fit)."""
         self.store.reserve(size)
         partial = self.store.new_partial(key)
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as error:
+            self.store.release(size)
+            raise StoreFullError(f"cannot create {partial}: {error.strerror}") from error
         fill = Fill(key, size, partial, fd)
         self._active[key] = fill
         task = asyncio.create_task(self._run(fill, sources), name=f"fill {key}")
