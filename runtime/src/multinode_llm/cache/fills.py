@@ -62,7 +62,7 @@ class Fill:
     fd: int
     written: int = 0
     answered: asyncio.Event = field(default_factory=asyncio.Event)  # a source started sending
-    outcome: asyncio.Future[Path] = field(
+    outcome: asyncio.Future[Path] = field(  # the verified partial file, or the failure
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     _progress: asyncio.Event = field(default_factory=asyncio.Event)
@@ -158,8 +158,11 @@ class Fills:
                     "refused, neither stored nor served",
                     {"X-Error-Code": "CorruptBlob"},
                 )
+            # Verified: readers may send their last bytes now, while the disk catches up (a
+            # flush of many gigabytes can outlast a client's read timeout).
+            fill.finish(fill.partial)
             await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fill.fd)
-            fill.finish(self.store.publish(fill.key, fill.partial, fill.size))
+            self.store.publish(fill.key, fill.partial, fill.size)  # durable, then visible
             log.info("stored %s (%d bytes)", fill.key, fill.size)
         except BaseException as error:
             self.metrics.fills_failed_total += 1
@@ -167,7 +170,8 @@ class Fills:
             fill.partial.unlink(missing_ok=True)
             failure = error if isinstance(error, FillFailedError) else _as_failure(error)
             log.warning("fill of %s failed: %s", fill.key, failure)
-            fill.finish(failure)
+            if not fill.outcome.done():
+                fill.finish(failure)
             if not isinstance(error, Exception):
                 raise  # cancellation and exit go on
         finally:
