@@ -27,6 +27,7 @@ from aiohttp import web
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 CHUNK = 64 * 1024
+BRANCHES = ("main", "refs/pr/1")  # every branch points at the one commit
 
 
 def git_sha1(content: bytes) -> str:
@@ -201,7 +202,7 @@ class FakeHub:
         if (refusal := self._refuse_listing(request, repo)) is not None:
             return refusal
         revision = rest[0] if rest else "main"
-        if revision not in (repo.commit, "main"):
+        if revision not in (repo.commit, *BRANCHES):
             return _error(404, "RevisionNotFound", f"no revision {revision}")
         if action in ("", "revision"):
             return web.json_response(self._info(repo))
@@ -264,7 +265,7 @@ class FakeHub:
         if (refusal := self._refuse_files(request, repo)) is not None:
             return refusal
         revision, path = parts[index + 1], "/".join(parts[index + 2 :])
-        if revision not in (repo.commit, "main"):
+        if revision not in (repo.commit, *BRANCHES):
             return _error(404, "RevisionNotFound", f"no revision {revision}")
         commit = {"X-Repo-Commit": repo.commit}
         if path not in repo.files:

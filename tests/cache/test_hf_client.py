@@ -146,3 +146,17 @@ def test_health_and_metrics_endpoints(start_cache):
     assert headers["Content-Type"].startswith("text/plain")
     for name in ("hits", "misses", "upstream_bytes", "peer_bytes", "served_bytes"):
         assert f"# TYPE multinode_llm_cache_{name}_total counter" in body.decode()
+
+
+def test_a_pull_request_revision_travels_as_one_encoded_segment(fake_hub, start_cache, tmp_path):
+    files = model_files(seed=5)
+    repo = fake_hub.add(FakeRepo("org/pr", files))
+    cache = start_cache()
+    got = hf_hub_download(
+        "org/pr", "config.json", revision="refs/pr/1", endpoint=cache.url, cache_dir=tmp_path / "c"
+    )
+    assert Path(got).read_bytes() == files["config.json"]
+    assert f"snapshots/{repo.commit}" in got, "the client should have learned the PR's commit"
+    status, _, body = raw_request(cache.url, "GET", "/api/models/org/pr/revision/refs%2Fpr%2F1")
+    assert status == 200
+    assert repo.commit.encode() in body
