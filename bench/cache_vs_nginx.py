@@ -1,13 +1,15 @@
 """Warm-cache throughput of one large blob: the Hub cache against Debian's nginx, same client.
 
-    tox -e bench-cache                       # 1 GiB, 5 runs of each, one client and eight at once
+    tox -e bench-cache                       # 1 GiB, 7 paired runs, one client and eight at once
     tox -e bench-cache -- --size-mib 256     # quicker
 
 Both servers run on loopback and serve the same file from the page cache; curl downloads it to
 /dev/null. The cache is first filled from the FAKE Hub (tests/cache/fake_hub.py), then only serves
 stored bytes (sendfile). nginx runs with Debian's defaults that matter here (sendfile on, tcp_nopush
-on, worker_processes auto). Prints MB/s for each and the ratio cache / nginx; writes
-bench/out/cache-vs-nginx.json. Needs nginx (`apt-get install nginx-light`) and curl.
+on, worker_processes auto). Each run measures both back to back (order alternating); prints median
+MB/s for each, the median of the runs' ratios cache / nginx with their range, and the load average
+(the machine may be shared); writes bench/out/cache-vs-nginx.json. Needs nginx
+(`apt-get install nginx-light`) and curl.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ def main() -> int:
     parser.add_argument(
         "--runs",
         type=int,
-        default=5,
-        help="downloads per server and client count; default 5",
+        default=7,
+        help="paired runs (cache and nginx back to back) per client count; default 7",
     )
     parser.add_argument(
         "--clients",
@@ -79,25 +81,19 @@ def main() -> int:
         nginx_url = f"http://127.0.0.1:{nginx_port}/{FILE}"
         wait_until(lambda: answers(nginx_url.rsplit("/", 1)[0], f"/{FILE}", "HEAD"), 30, "nginx")
 
-        results: dict[str, float] = {"size_bytes": blob, "runs": args.runs, "clients": args.clients}
+        load_before = os.getloadavg()[0]
         for url in (cache_url, nginx_url):  # once each, unmeasured: page cache and paths warm
             download(curl, url, blob)
         one: dict[str, list[float]] = {"cache": [], "nginx": []}
         many: dict[str, list[float]] = {"cache": [], "nginx": []}
-        for _ in range(args.runs):  # alternate, so drift in the machine hits both alike
-            for name, url in (("cache", cache_url), ("nginx", nginx_url)):
+        servers = [("cache", cache_url), ("nginx", nginx_url)]
+        for run in range(args.runs):  # in pairs, order alternating: drift hits both alike
+            for name, url in servers if run % 2 == 0 else servers[::-1]:
                 one[name].append(download(curl, url, blob))
                 many[name].append(aggregate(curl, url, blob, args.clients))
-        for name in ("cache", "nginx"):
-            results[f"{name}_one_client_mb_s"] = statistics.median(one[name]) / 1e6
-            results[f"{name}_{args.clients}_clients_mb_s"] = statistics.median(many[name]) / 1e6
-        results["ratio_one_client"] = (
-            results["cache_one_client_mb_s"] / results["nginx_one_client_mb_s"]
-        )
-        results["ratio_clients"] = (
-            results[f"cache_{args.clients}_clients_mb_s"]
-            / results[f"nginx_{args.clients}_clients_mb_s"]
-        )
+        results = summarize(one, many, args.clients)
+        results.update(size_bytes=blob, runs=args.runs, clients=args.clients)
+        results.update(load_before=load_before, load_after=os.getloadavg()[0])
         report(results, args.clients)
         (args.out / "cache-vs-nginx.json").write_text(json.dumps(results, indent=2) + "\n")
         return 0
@@ -107,6 +103,20 @@ def main() -> int:
         for process in processes:
             process.terminate()
             process.wait(10)
+
+
+def summarize(
+    one: dict[str, list[float]], many: dict[str, list[float]], clients: int
+) -> dict[str, float]:
+    """Medians in MB/s, and the median of each pair's ratio cache / nginx (robust to drift)."""
+    results: dict[str, float] = {}
+    for label, samples in (("one_client", one), (f"{clients}_clients", many)):
+        for name in ("cache", "nginx"):
+            results[f"{name}_{label}_mb_s"] = statistics.median(samples[name]) / 1e6
+        ratios = [c / n for c, n in zip(samples["cache"], samples["nginx"], strict=True)]
+        results[f"ratio_{label}"] = statistics.median(ratios)
+        results[f"ratio_{label}_min"], results[f"ratio_{label}_max"] = min(ratios), max(ratios)
+    return results
 
 
 def make_blob(path: Path, size: int) -> int:
@@ -212,15 +222,19 @@ def aggregate(curl: str, url: str, size: int, clients: int) -> float:
 
 def report(results: dict[str, float], clients: int) -> None:
     size_mib, runs = int(results["size_bytes"]) >> 20, int(results["runs"])
-    print(
-        f"warm cache vs nginx, one {size_mib} MiB blob over loopback, curl, median of {runs} runs"
-    )
-    print(f"{'':12}{'1 client':>14}{f'{clients} clients':>16}")
+    print(f"warm cache vs nginx, one {size_mib} MiB blob over loopback, curl, {runs} paired runs")
+    print(f"(load average {results['load_before']:.1f} before, {results['load_after']:.1f} after)")
+    many = f"{clients}_clients"
+    print(f"{'':14}{'1 client':>14}{f'{clients} clients at once':>24}")
     for name in ("cache", "nginx"):
-        one, many = results[f"{name}_one_client_mb_s"], results[f"{name}_{clients}_clients_mb_s"]
-        print(f"{name:12}{one:>10.0f} MB/s{many:>12.0f} MB/s")
-    one, many = results["ratio_one_client"], results["ratio_clients"]
-    print(f"{'cache/nginx':12}{one:>13.2f}x{many:>15.2f}x")
+        a, b = results[f"{name}_one_client_mb_s"], results[f"{name}_{many}_mb_s"]
+        print(f"{name + ' (median)':14}{a:>9.0f} MB/s{b:>19.0f} MB/s")
+    print(f"{'cache/nginx':14}{_ratio(results, 'one_client'):>14}{_ratio(results, many):>24}")
+
+
+def _ratio(results: dict[str, float], label: str) -> str:
+    low, high = results[f"ratio_{label}_min"], results[f"ratio_{label}_max"]
+    return f"{results[f'ratio_{label}']:.2f}x ({low:.2f}-{high:.2f})"
 
 
 if __name__ == "__main__":
