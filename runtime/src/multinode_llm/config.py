@@ -131,7 +131,9 @@ def worker_config(env: Mapping[str, str], overrides: Overrides) -> WorkerConfig:
     node = _node(reader)
     head_host = reader.flag("head_address")
     if head_host is None:
-        head_svc = reader.text("HEAD_SVC", fix="KServe sets it on worker pods; or pass --head-address")
+        head_svc = reader.text(
+            "HEAD_SVC", fix="KServe sets it on worker pods; or pass --head-address"
+        )
         namespace = reader.text(
             "POD_NAMESPACE",
             fix="declare it from the downward API (fieldRef metadata.namespace); "
@@ -145,7 +147,8 @@ def _node(reader: _Reader) -> Node:
     pod_ip = reader.flag("pod_ip")
     if pod_ip is None:
         pod_ip = reader.text(
-            "POD_IP", fix="declare it from the downward API (fieldRef status.podIP) or pass --pod-ip"
+            "POD_IP",
+            fix="declare it from the downward API (fieldRef status.podIP) or pass --pod-ip",
         )
     try:
         ipaddress.ip_address(str(pod_ip))
@@ -221,9 +224,13 @@ class _Reader:
         try:
             value = int(str(raw).strip())
         except ValueError:
-            raise UserError(f"{source}={raw!r} is not an integer: set it to an integer >= {minimum}") from None
+            raise UserError(
+                f"{source}={raw!r} is not an integer: set it to an integer >= {minimum}"
+            ) from None
         if value < minimum:
-            raise UserError(f"{source}={value} is less than {minimum}: set it to an integer >= {minimum}")
+            raise UserError(
+                f"{source}={value} is less than {minimum}: set it to an integer >= {minimum}"
+            )
         return value
 
     def port(self, name: str, variable: str | None, default: int) -> int:
@@ -237,7 +244,9 @@ class _Reader:
         except ValueError:
             value = -1
         if not 1 <= value <= 65535:
-            raise UserError(f"{source}={raw!r} is not a TCP port: set it to an integer from 1 to 65535")
+            raise UserError(
+                f"{source}={raw!r} is not a TCP port: set it to an integer from 1 to 65535"
+            )
         return value
 
     def seconds(self, name: str, variable: str, default: float) -> float:

@@ -27,7 +27,7 @@ class ClusterView:
         await asyncio.wait_for(asyncio.to_thread(self._connect), timeout=60)
 
     def _connect(self) -> None:
-        import ray  # noqa: PLC0415 - heavy; only the head's supervisor needs it, once
+        import ray  # heavy; only the head's supervisor needs it, once
 
         # A driver that prints nothing of Ray's workers and starts no dashboard of its own.
         ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)

@@ -1,8 +1,8 @@
 """`multinode-llm head`: the Ray head and vLLM's OpenAI server, supervised as one group.
 
-1. Start the Ray head (`ray start --head --block`) on POD_IP with the pinned ports and this pod's GPUs.
+1. Start the Ray head (`ray start --head --block`) on POD_IP, pinned ports, this pod's GPUs.
 2. Start vLLM right away (``--early-engine-start``, the default): its imports, tokenizer and config
-   loading overlap the wait for the workers, and its Ray executor itself waits for the GPUs it needs.
+   loading overlap the wait for the workers; its Ray executor itself waits for the GPUs it needs.
 3. Wait until RAY_NODE_COUNT nodes and TP x PP GPUs are registered, with a deadline and capped
    backoff, logging progress; at the deadline, stop everything and exit 1 naming what is missing.
 4. Watch: exit 1 when Ray or vLLM exits; keep the probes' facts fresh (engine answers, nodes alive).
@@ -25,7 +25,7 @@ from multinode_llm.group.head_watch import GroupWatch
 from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import backoff
-from multinode_llm.group.supervisor import TICK_S, Deadline, GroupFailure, Supervisor, port_open
+from multinode_llm.group.supervisor import TICK_S, Deadline, GroupError, Supervisor, port_open
 from multinode_llm.serving.command import engine_command, engine_env
 
 log = logging.getLogger("multinode_llm.head")
@@ -40,12 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_node_arguments(parser)
     group = parser.add_argument_group("the model and its parallelism (also passed to vLLM)")
     group.add_argument("--model", help="model directory or Hub id (env MODEL_DIR, else MODEL_ID)")
-    group.add_argument("--served-model-name", nargs="+", help="name(s) clients ask for (env MODEL_NAME)")
+    group.add_argument(
+        "--served-model-name", nargs="+", help="name(s) clients ask for (env MODEL_NAME)"
+    )
     group.add_argument(
         "--tensor-parallel-size", "-tp", type=int, help="GPUs per node (env TENSOR_PARALLEL_SIZE)"
     )
     group.add_argument(
-        "--pipeline-parallel-size", "-pp", type=int, help="pipeline stages (env PIPELINE_PARALLEL_SIZE)"
+        "--pipeline-parallel-size",
+        "-pp",
+        type=int,
+        help="pipeline stages (env PIPELINE_PARALLEL_SIZE)",
     )
     group.add_argument("--port", type=int, help="vLLM's HTTP port (default 8080)")
     group.add_argument(
@@ -84,15 +89,16 @@ class HeadSupervisor(Supervisor):
         self.env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
         self.state.phase = "starting Ray"
         self.ray = await ray_node.start(node, None, self.env)
-        await self._wait_for_ray(deadline)
+        await self._wait_for_port(node.ray_ports.gcs, "the Ray head's GCS", deadline)
+        if self.config.early_engine_start:
+            # vLLM needs seconds of imports before it connects to Ray: the GCS is enough now.
+            await self._start_engine()
+        await self._wait_for_port(node.ray_ports.node_manager, "the Ray head's raylet", deadline)
         self.state.mark("ray_head_up")
         self.view = ClusterView(f"{node.pod_ip}:{node.ray_ports.gcs}")
         await self.view.connect()
         watch = self.watch = GroupWatch(self.config, self.state, self.view)
-        if self.config.early_engine_start:
-            await self._start_engine()
-        if not await self._wait_for_group(watch, deadline):
-            return 0  # asked to stop while waiting
+        await self._wait_for_group(watch, deadline)
         if self.engine is None:
             await self._start_engine()
         return await self._monitor(watch)
@@ -107,26 +113,21 @@ class HeadSupervisor(Supervisor):
         if self.watch is not None:
             await self.watch.close()
 
-    async def _wait_for_ray(self, deadline: Deadline) -> None:
-        """Until the GCS and this node's raylet accept connections (`ray start` is still starting)."""
-        node = self.config.node
-        while not (
-            await port_open(node.pod_ip, node.ray_ports.gcs)
-            and await port_open(node.pod_ip, node.ray_ports.node_manager)
-        ):
+    async def _wait_for_port(self, port: int, what: str, deadline: Deadline) -> None:
+        """Until this pod's ``port`` accepts connections (`ray start` is still starting)."""
+        while not await port_open(self.config.node.pod_ip, port):
             self._check_children()
             if deadline.passed():
-                raise GroupFailure(f"the Ray head did not start within {deadline.seconds:.0f} s")
-            if await self.sleep(0.2):
-                return
+                raise GroupError(f"{what} did not start within {deadline.seconds:.0f} s")
+            await self.pause(0.1)
 
     async def _start_engine(self) -> None:
         argv = engine_command(self.config)
         self.engine = await Child.start("vLLM", argv, engine_env(self.config, self.env))
         self.state.mark("engine_started")
 
-    async def _wait_for_group(self, watch: GroupWatch, deadline: Deadline) -> bool:
-        """Wait for every node and GPU; False when asked to stop; GroupFailure at the deadline."""
+    async def _wait_for_group(self, watch: GroupWatch, deadline: Deadline) -> None:
+        """Wait for every node and GPU; GroupError at the deadline."""
         self.state.phase = "waiting for the group"
         delays = backoff()
         last_line, last_log = "", 0.0
@@ -135,33 +136,32 @@ class HeadSupervisor(Supervisor):
             progress = await watch.refresh(self.engine)
             if progress.complete:
                 log.info("group complete after %.1f s: %s", deadline.elapsed, progress.line())
-                return True
+                return
             line = progress.line()
             if line != last_line or time.monotonic() - last_log >= PROGRESS_EVERY_S:
                 log.info("%s (%.0f s of %.0f s)", line, deadline.elapsed, deadline.seconds)
                 last_line, last_log = line, time.monotonic()
             if deadline.passed():
                 node = self.config.node
-                raise GroupFailure(
+                raise GroupError(
                     f"the group did not form within {deadline.seconds:.0f} s "
                     f"(--wait-timeout, GROUP_WAIT_TIMEOUT): {progress.missing()}; check that every "
-                    f"worker pod runs and reaches the head's Ray GCS at {node.pod_ip}:{node.ray_ports.gcs}"
+                    "worker pod runs and reaches the head's Ray GCS at "
+                    f"{node.pod_ip}:{node.ray_ports.gcs}"
                 )
-            if await self.sleep(min(next(delays), max(deadline.remaining, 0.05))):
-                return False
+            await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
     async def _monitor(self, watch: GroupWatch) -> int:
         self.state.phase = "serving"
         while True:
             self._check_children()
             await watch.refresh(self.engine)
-            if await self.sleep(TICK_S):
-                return 0
+            await self.pause(TICK_S)
 
     def _check_children(self) -> None:
         for child, what in ((self.ray, "the Ray head"), (self.engine, "vLLM's OpenAI server")):
             if child is not None and child.returncode is not None:
-                raise GroupFailure(
+                raise GroupError(
                     f"{what} exited with code {child.returncode}; exiting so that the pod restarts "
                     "and the group restarts with it (its log is above)"
                 )

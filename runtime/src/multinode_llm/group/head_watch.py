@@ -18,7 +18,7 @@ from multinode_llm.config import HeadConfig
 from multinode_llm.group.cluster import ClusterView
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import GroupProgress, RayNodeInfo, progress
-from multinode_llm.group.supervisor import GroupFailure, port_open
+from multinode_llm.group.supervisor import GroupError, port_open
 from multinode_llm.health.state import HeadFacts, HealthState
 from multinode_llm.serving.command import api_key, served_names
 
@@ -93,15 +93,19 @@ class GroupWatch:
             self.gcs_failures += 1
             log.warning("Ray's GCS did not answer (%d in a row): %s", self.gcs_failures, error)
             if self.gcs_failures >= GCS_FAILURES_TOLERATED:
-                raise GroupFailure(f"the Ray head's GCS stopped answering: {error}") from error
+                raise GroupError(f"the Ray head's GCS stopped answering: {error}") from error
         return self.last_nodes
 
     async def _lost(self, nodes: list[RayNodeInfo]) -> tuple[str, ...]:
-        """IPs of the formed group's nodes that Ray lists dead or whose raylet refuses connections."""
+        """IPs of the group's nodes that Ray lists dead or whose raylet refuses connections."""
         assert self.members is not None
         alive = {node.node_id: node for node in nodes if node.alive}
         lost = [ip for node_id, ip in self.members.items() if node_id not in alive]
-        others = [alive[node_id] for node_id in self.members if node_id in alive and not alive[node_id].is_head]
+        others = [
+            alive[node_id]
+            for node_id in self.members
+            if node_id in alive and not alive[node_id].is_head
+        ]
         answers = await asyncio.gather(*(port_open(node.ip, node.raylet_port) for node in others))
         lost += [node.ip for node, answered in zip(others, answers, strict=True) if not answered]
         return tuple(sorted(lost))
@@ -110,10 +114,12 @@ class GroupWatch:
         """(``/health`` is 200, ``/v1/models`` lists the served name) for the running engine."""
         if engine is None or engine.returncode is not None:
             return False, False
-        import aiohttp  # noqa: PLC0415 - imported once the engine runs, not by `multinode-llm probe`
+        import aiohttp  # imported once the engine runs, not by `multinode-llm probe`
 
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ENGINE_TIMEOUT_S))
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=ENGINE_TIMEOUT_S)
+            )
         base = f"http://127.0.0.1:{self.config.http_port}"
         try:
             async with self._http.get(f"{base}/health") as health:

@@ -61,7 +61,9 @@ class GroupProgress:
         return "; ".join(parts) or "nothing"
 
 
-def progress(nodes: Sequence[RayNodeInfo], expected_nodes: int, expected_gpus: int) -> GroupProgress:
+def progress(
+    nodes: Sequence[RayNodeInfo], expected_nodes: int, expected_gpus: int
+) -> GroupProgress:
     alive = [node for node in nodes if node.alive]
     return GroupProgress(
         nodes=len(alive),

@@ -24,7 +24,7 @@ def ray_executable() -> str:
 
 
 def start_command(node: Node, head_address: str | None) -> list[str]:
-    """The `ray start` command line: a head when ``head_address`` is None, else a worker joining it."""
+    """`ray start`: a head when ``head_address`` is None, else a worker joining that head."""
     ports = node.ray_ports
     argv = [
         ray_executable(),

@@ -1,4 +1,4 @@
-"""What the head and worker supervisors share: the status server, signals, and deadline-aware waits."""
+"""What the head and worker supervisors share: the status server, signals, deadline-aware waits."""
 
 from __future__ import annotations
 
@@ -12,20 +12,23 @@ import time
 from multinode_llm.health.server import StatusServer
 from multinode_llm.health.state import HealthState
 
-log = logging.getLogger(__name__)
-
 TICK_S = 1.0  # how often the monitor loop refreshes what the probes answer
 CONNECT_TIMEOUT_S = 1.0
 
 
-class GroupFailure(Exception):
+class GroupError(Exception):
     """The group cannot serve; the message says why. The supervisor exits non-zero with it."""
+
+
+class StopRequest(Exception):  # noqa: N818 - a request to stop, not an error
+    """SIGTERM or SIGINT arrived while waiting: stop everything and exit 0."""
 
 
 class Supervisor:
     """Runs ``main()`` with the status port open; SIGTERM or SIGINT make it stop and exit 0."""
 
     def __init__(self, role: str, status_port: int) -> None:
+        self.log = logging.getLogger(f"multinode_llm.{role}")
         self.state = HealthState(role=role)
         self.server = StatusServer(self.state, status_port)
         self.stopping = asyncio.Event()
@@ -37,9 +40,11 @@ class Supervisor:
         await self.server.start()
         try:
             return await self.main()
-        except GroupFailure as failure:
+        except StopRequest:
+            return 0
+        except GroupError as failure:
             self.state.phase = "failed"
-            log.error("%s", failure)
+            self.log.error("%s", failure)
             return 1
         finally:
             self.state.phase = "stopping"
@@ -52,14 +57,15 @@ class Supervisor:
     async def cleanup(self) -> None:
         """Stop every child this supervisor started (called on every exit)."""
 
-    async def sleep(self, seconds: float) -> bool:
-        """Sleep, or return True at once when a stop was requested."""
+    async def pause(self, seconds: float) -> None:
+        """Sleep; raise StopRequest at once when SIGTERM or SIGINT arrives."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
-        return self.stopping.is_set()
+        if self.stopping.is_set():
+            raise StopRequest
 
     def _stop_requested(self, signum: int) -> None:
-        log.info("received %s: stopping", signal.Signals(signum).name)
+        self.log.info("received %s: stopping", signal.Signals(signum).name)
         self.stopping.set()
 
 

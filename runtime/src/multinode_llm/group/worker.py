@@ -24,7 +24,7 @@ from multinode_llm.group.progress import backoff
 from multinode_llm.group.supervisor import (
     TICK_S,
     Deadline,
-    GroupFailure,
+    GroupError,
     Supervisor,
     port_open,
     resolve,
@@ -60,8 +60,6 @@ class WorkerSupervisor(Supervisor):
     async def main(self) -> int:
         node = self.config.node
         head_ip = await self._wait_for_head(Deadline(node.wait_timeout_s))
-        if head_ip is None:
-            return 0  # asked to stop while waiting
         self.state.mark("head_reachable")
         env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
         self.state.phase = "joining"
@@ -72,8 +70,8 @@ class WorkerSupervisor(Supervisor):
         if self.ray is not None:
             await self.ray.stop(ray_node.STOP_GRACE_S)
 
-    async def _wait_for_head(self, deadline: Deadline) -> str | None:
-        """The head's IP once its GCS accepts connections; GroupFailure at the deadline."""
+    async def _wait_for_head(self, deadline: Deadline) -> str:
+        """The head's IP once its GCS accepts connections; GroupError at the deadline."""
         config, delays = self.config, backoff()
         self.state.phase = "waiting for the head"
         self.state.update(self.facts)
@@ -85,7 +83,7 @@ class WorkerSupervisor(Supervisor):
                 return ip
             why = "its name does not resolve" if ip is None else f"{ip} does not accept connections"
             if deadline.passed():
-                raise GroupFailure(
+                raise GroupError(
                     f"the head's Ray GCS at {config.head_address} did not answer within "
                     f"{deadline.seconds:.0f} s (--wait-timeout, GROUP_WAIT_TIMEOUT): {why}; check "
                     "that the head pod runs and that HEAD_SVC and RAY_PORT name it"
@@ -93,40 +91,46 @@ class WorkerSupervisor(Supervisor):
             if time.monotonic() - last_log >= PROGRESS_EVERY_S:
                 log.info(
                     "waiting for the head's Ray GCS at %s: %s (%.0f s of %.0f s)",
-                    config.head_address, why, deadline.elapsed, deadline.seconds,
+                    config.head_address,
+                    why,
+                    deadline.elapsed,
+                    deadline.seconds,
                 )
                 last_log = time.monotonic()
-            if await self.sleep(min(next(delays), max(deadline.remaining, 0.05))):
-                return None
+            await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
     async def _monitor(self, ray: Child, head_ip: str) -> int:
         node, gcs = self.config.node, self.config.node.ray_ports.gcs
         silent_since: float | None = None
         while True:
             if ray.returncode is not None:
-                raise GroupFailure(f"Ray on this worker exited with code {ray.returncode} (its log is above)")
+                raise GroupError(
+                    f"Ray on this worker exited with code {ray.returncode} (its log is above)"
+                )
             head_ok, joined = await asyncio.gather(
                 port_open(head_ip, gcs), port_open(node.pod_ip, node.ray_ports.node_manager)
             )
             moved = await resolve(self.config.head_host)
             if moved is not None and moved != head_ip:
-                raise GroupFailure(
+                raise GroupError(
                     f"the head moved from {head_ip} to {moved} (a new head pod): exiting so that "
                     "this pod restarts and joins the new head's group"
                 )
             silent_since = None if head_ok else (silent_since or time.monotonic())
             if silent_since is not None and time.monotonic() - silent_since >= HEAD_LOSS_GRACE_S:
-                raise GroupFailure(
+                raise GroupError(
                     f"lost the head: its Ray GCS at {head_ip}:{gcs} has not answered for "
-                    f"{HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts and joins the new head"
+                    f"{HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts and joins "
+                    "the new head"
                 )
             self.facts = WorkerFacts(
-                ray_running=True, joined=joined or self.facts.joined, head_reachable=head_ok,
+                ray_running=True,
+                joined=joined or self.facts.joined,
+                head_reachable=head_ok,
                 head=self.config.head_address,
             )
             self.state.update(self.facts)
             if self.facts.joined:
                 self.state.mark("joined")
                 self.state.phase = "joined"
-            if await self.sleep(TICK_S):
-                return 0
+            await self.pause(TICK_S)

@@ -18,21 +18,30 @@ PROBES = ("startup", "ready", "live")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("probe", choices=PROBES, help="which answer to ask for")
-    parser.add_argument("--port", type=int, default=8081, help="the supervisor's status port (default 8081)")
-    parser.add_argument("--host", default="127.0.0.1", help="the supervisor's address (default 127.0.0.1)")
-    parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)")
+    parser.add_argument(
+        "--port", type=int, default=8081, help="the supervisor's status port (default 8081)"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the supervisor's address (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}/{args.probe}"
     try:
-        with urllib.request.urlopen(url, timeout=args.timeout) as response:  # noqa: S310 - http URL built above
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:
             ok, reason = True, _reason(response.read())
     except urllib.error.HTTPError as error:
         ok, reason = False, _reason(error.read())
     except (OSError, TimeoutError) as error:
         ok, reason = False, f"the supervisor at {url} does not answer: {error}"
-    print(f"{args.probe}: {'ok' if ok else 'failing'}: {reason}", file=sys.stdout if ok else sys.stderr)
+    print(
+        f"{args.probe}: {'ok' if ok else 'failing'}: {reason}",
+        file=sys.stdout if ok else sys.stderr,
+    )
     return 0 if ok else 1
 
 

@@ -1,4 +1,4 @@
-"""The supervisor's status port (8081): probe answers, metrics and status, read from ``HealthState``.
+"""The supervisor's status port (8081): probe answers, metrics and status from ``HealthState``.
 
 Each request only reads the state the supervisor's monitor loop keeps fresh, so a probe costs an
 HTTP round trip (about 10 ms), never a Python start-up or a Ray import.
@@ -24,11 +24,10 @@ class StatusServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        from aiohttp import web  # noqa: PLC0415 - keeps importing the supervisors (and the CLI) fast
+        from aiohttp import web  # keeps importing the supervisors (and the CLI) fast
 
         app = web.Application()
-        for probe in PROBES:
-            app.router.add_get(f"/{probe}", self._probe_handler(probe))
+        app.router.add_get(f"/{{probe:{'|'.join(PROBES)}}}", self._probe)
         app.router.add_get("/status", self._status)
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
@@ -40,22 +39,19 @@ class StatusServer:
             await self._runner.cleanup()
             self._runner = None
 
-    def _probe_handler(self, probe: str) -> web.Handler:
-        from aiohttp import web  # noqa: PLC0415
+    async def _probe(self, request: web.Request) -> web.Response:
+        from aiohttp import web
 
-        async def handler(_request: web.Request) -> web.Response:
-            check: Check = getattr(self.state.probes, probe)
-            body = {"ok": check.ok, "reason": check.reason, "phase": self.state.phase}
-            return web.json_response(body, status=200 if check.ok else 503)
-
-        return handler
+        check: Check = getattr(self.state.probes, request.match_info["probe"])
+        body = {"ok": check.ok, "reason": check.reason, "phase": self.state.phase}
+        return web.json_response(body, status=200 if check.ok else 503)
 
     async def _status(self, _request: web.Request) -> web.Response:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         return web.json_response(self.state.status())
 
     async def _metrics(self, _request: web.Request) -> web.Response:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         return web.Response(text=self.state.metrics(), content_type="text/plain", charset="utf-8")

@@ -7,7 +7,7 @@ second) from its facts. The rules, from the issue and DEVELOPERS.md:
 - head readiness: the engine answers now, and every node of the group is alive;
 - head liveness: Ray and vLLM run, the engine has not been silent for long, and no node of a formed
   group is lost (Ray workers cannot rejoin a running group, so a lost worker restarts the group);
-- worker startup and readiness: joined the head's Ray cluster; liveness: raylet alive, head reachable.
+- worker startup and readiness: joined the head's Ray cluster; liveness: raylet up, head reachable.
 """
 
 from __future__ import annotations
@@ -46,11 +46,17 @@ class HeadFacts:
     gpus: int = 0
     expected_gpus: int = 1
     group_formed: bool = False  # the group was complete at least once
-    lost_nodes: tuple[str, ...] = ()  # IPs of nodes Ray lists dead or whose raylet stopped answering
+    lost_nodes: tuple[
+        str, ...
+    ] = ()  # IPs of nodes Ray lists dead or whose raylet stopped answering
 
     @property
     def group_whole(self) -> bool:
-        return self.nodes >= self.expected_nodes and self.gpus >= self.expected_gpus and not self.lost_nodes
+        return (
+            self.nodes >= self.expected_nodes
+            and self.gpus >= self.expected_gpus
+            and not self.lost_nodes
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,9 @@ def _head_live(facts: HeadFacts, group: Check) -> Check:
         return Check(False, f"vLLM's /health has not answered for {facts.engine_silent_s:.0f} s")
     if facts.group_formed and not group.ok:
         return Check(False, group.reason)
-    return Check(True, "Ray and vLLM run" + ("; the group is complete" if facts.group_formed else ""))
+    return Check(
+        True, "Ray and vLLM run" + ("; the group is complete" if facts.group_formed else "")
+    )
 
 
 @dataclass
@@ -122,7 +130,9 @@ class HealthState:
     phase: str = "starting"
     probes: Probes = field(
         default_factory=lambda: Probes(
-            startup=Check(False, "starting"), ready=Check(False, "starting"), live=Check(True, "starting")
+            startup=Check(False, "starting"),
+            ready=Check(False, "starting"),
+            live=Check(True, "starting"),
         )
     )
     facts: HeadFacts | WorkerFacts | None = None
@@ -168,8 +178,14 @@ class HealthState:
                 "group_nodes": ("Ray nodes alive in the group.", self.facts.nodes),
                 "group_nodes_expected": ("RAY_NODE_COUNT.", self.facts.expected_nodes),
                 "group_gpus": ("GPUs registered with Ray.", self.facts.gpus),
-                "group_gpus_expected": ("TENSOR_PARALLEL_SIZE x PIPELINE_PARALLEL_SIZE.", self.facts.expected_gpus),
-                "group_lost_nodes": ("Nodes of the formed group that are lost.", len(self.facts.lost_nodes)),
+                "group_gpus_expected": (
+                    "TENSOR_PARALLEL_SIZE x PIPELINE_PARALLEL_SIZE.",
+                    self.facts.expected_gpus,
+                ),
+                "group_lost_nodes": (
+                    "Nodes of the formed group that are lost.",
+                    len(self.facts.lost_nodes),
+                ),
             }
             for name, (text, value) in gauges.items():
                 lines += [

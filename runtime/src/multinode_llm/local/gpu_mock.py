@@ -30,12 +30,15 @@ def register() -> str | None:
 def __getattr__(name: str) -> Any:
     if name != "GpuMockPlatform":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from vllm.platforms.cpu import CpuPlatform  # noqa: PLC0415 - only vLLM, once activated, gets here
+    from vllm.platforms.cpu import CpuPlatform  # only vLLM, once activated, gets here
 
     platform = type(
         "GpuMockPlatform",
         (CpuPlatform,),
-        {"ray_device_key": "GPU", "__doc__": "vLLM's CPU platform, with Ray GPUs as its devices (FAKE)."},
+        {
+            "ray_device_key": "GPU",
+            "__doc__": "vLLM's CPU platform, with Ray GPUs as its devices (FAKE).",
+        },
     )
     globals()[name] = platform
     return platform

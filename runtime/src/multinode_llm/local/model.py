@@ -30,12 +30,13 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
 )
 
-_WORDS = (
+_TEXT = (
     "the a model node group head worker pipeline tensor parallel serve token request answer "
-    "cluster ray engine cache volume pod probe ready live start wait join lost restart fast slow "
-    "big small one two four eight hello world question chat complete stream text input output "
-    "kubernetes helm chart value schema storage shared network address port metric latency"
-).split()
+    "cluster ray engine cache volume pod probe ready live start wait join lost restart fast "
+    "slow big small one two four eight hello world question chat complete stream text input "
+    "output kubernetes helm chart value schema storage shared network address port metric latency"
+)
+_WORDS = _TEXT.split()
 
 
 def make_model(directory: str | Path) -> Path:
@@ -47,7 +48,9 @@ def make_model(directory: str | Path) -> Path:
     vocab_size = tokenizer.get_vocab_size()
     _write_json(target / "config.json", _config(vocab_size, tokenizer))
     _write_json(target / "tokenizer_config.json", _tokenizer_config())
-    _write_json(target / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
+    _write_json(
+        target / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}
+    )
     _write_json(
         target / "generation_config.json",
         {"bos_token_id": tokenizer.token_to_id(BOS), "eos_token_id": tokenizer.token_to_id(EOS)},
@@ -62,7 +65,7 @@ def _corpus() -> list[str]:
 
 
 def _train_tokenizer() -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -116,8 +119,8 @@ def _tokenizer_config() -> dict[str, Any]:
 
 
 def _write_weights(path: Path, vocab_size: int) -> None:
-    import numpy as np  # noqa: PLC0415
-    from safetensors.numpy import save_file  # noqa: PLC0415
+    import numpy as np
+    from safetensors.numpy import save_file
 
     rng = np.random.default_rng(SEED)
 

