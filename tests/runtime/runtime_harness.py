@@ -68,7 +68,7 @@ class Pod:
         return self.process.poll() is None
 
     def get(self, path: str, port: int = STATUS_PORT, timeout: float = 2.0) -> tuple[int, Any]:
-        """GET http://<pod>:<port><path> from the host: (status, parsed JSON or text); (0, error) if down."""
+        """GET http://<pod>:<port><path> from the host: (status, JSON or text); (0, error): down."""
         try:
             with urllib.request.urlopen(
                 f"http://{self.ip}:{port}{path}", timeout=timeout
@@ -145,7 +145,7 @@ class Cluster:
 
 
 def kill_namespace(namespace: str) -> None:
-    """SIGKILL every process in a network namespace, until none is left (they may fork meanwhile)."""
+    """SIGKILL every process in a network namespace until none is left (they may fork meanwhile)."""
     for _ in range(20):
         listing = subprocess.run(
             ["ip", "netns", "pids", namespace],
@@ -165,7 +165,7 @@ def kill_namespace(namespace: str) -> None:
 def wait_until(
     condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
 ) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what`` at the deadline."""
+    """Poll ``condition`` until it returns a truthy value; fail naming ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
