@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multinode_llm.local.netns import Host, Network
+from multinode_llm.local.netns import NETNS_ETC, Host, Network
 
 SUBNET = ipaddress.ip_network("10.231.0.0/24")  # the runtime's, by team rule
 NETWORK_LOCK = "/tmp/multinode-llm-runtime-net.lock"  # two runs must not share the subnet
@@ -105,10 +105,10 @@ class Cluster:
 
     def start(self, name: str, role: str, env: Mapping[str, str], *args: str) -> Pod:
         host = self.network.add_host(name)
-        self.network.set_hosts(
-            host,
-            {HEAD_FQDN: self.network.hosts["head"].ip} if "head" in self.network.hosts else {},
-        )
+        head = self.network.hosts.get("head")
+        self.network.set_hosts(host, {HEAD_FQDN: head.ip} if head else {})
+        # Names outside /etc/hosts fail at once instead of asking a DNS server beyond the namespaces.
+        (NETNS_ETC / host.namespace / "resolv.conf").write_text("nameserver 127.0.0.1\n")
         temp_dir = Path(tempfile.mkdtemp(prefix=f"{self.network.prefix}{name[:1]}", dir="/tmp"))
         pod_env = {
             **os.environ,

@@ -15,6 +15,7 @@ from multinode_llm.health.state import (
 
 SERVING = HeadFacts(
     ray_running=True,
+    engine_started=True,
     engine_running=True,
     engine_healthy=True,
     model_listed=True,
@@ -26,7 +27,13 @@ SERVING = HeadFacts(
     group_formed=True,
 )
 WAITING = HeadFacts(
-    ray_running=True, engine_running=True, nodes=1, expected_nodes=2, gpus=1, expected_gpus=2
+    ray_running=True,
+    engine_started=True,
+    engine_running=True,
+    nodes=1,
+    expected_nodes=2,
+    gpus=1,
+    expected_gpus=2,
 )
 
 
@@ -66,6 +73,12 @@ def test_engine_silent_too_long_is_unlive_but_briefly_silent_is_live() -> None:
     ).live.ok
     brief = replace(SERVING, engine_healthy=False, engine_silent_s=3)
     assert _answers(brief) == (True, False, True)
+
+
+def test_head_that_starts_vllm_after_the_group_is_live_while_waiting() -> None:
+    facts = HeadFacts(ray_running=True, nodes=1, expected_nodes=2, gpus=1, expected_gpus=2)
+    assert _answers(facts) == (False, False, True)
+    assert head_probes(facts).live.reason == "Ray runs"
 
 
 def test_dead_engine_or_ray_is_unlive() -> None:

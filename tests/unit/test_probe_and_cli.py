@@ -47,6 +47,7 @@ def test_probe_follows_the_supervisor_state(
     state.update(
         HeadFacts(
             ray_running=True,
+            engine_started=True,
             engine_running=True,
             engine_healthy=True,
             model_listed=True,
@@ -60,7 +61,7 @@ def test_probe_follows_the_supervisor_state(
     )
     assert main(["probe", "startup", "--port", str(port)]) == 0
     assert main(["probe", "ready", "--port", str(port)]) == 0
-    state.update(HeadFacts(ray_running=True, engine_running=False))
+    state.update(HeadFacts(ray_running=True, engine_started=True, engine_running=False))
     assert main(["probe", "live", "--port", str(port)]) == 1
     assert "live: failing: vLLM is not running" in capsys.readouterr().err
 

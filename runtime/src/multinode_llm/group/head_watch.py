@@ -64,6 +64,7 @@ class GroupWatch:
         self.state.update(
             HeadFacts(
                 ray_running=True,  # the supervisor exits as soon as it is not
+                engine_started=engine is not None,
                 engine_running=engine is not None and engine.returncode is None,
                 engine_healthy=healthy,
                 model_listed=listed,

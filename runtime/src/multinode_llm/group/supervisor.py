@@ -14,6 +14,7 @@ from multinode_llm.health.state import HealthState
 
 TICK_S = 1.0  # how often the monitor loop refreshes what the probes answer
 CONNECT_TIMEOUT_S = 1.0
+RESOLVE_TIMEOUT_S = 2.0  # a DNS server that does not answer must not stall a deadline
 
 
 class GroupError(Exception):
@@ -98,11 +99,12 @@ async def port_open(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) ->
     return True
 
 
-async def resolve(host: str) -> str | None:
-    """The IPv4 (or, failing that, IPv6) address ``host`` resolves to, or None."""
+async def resolve(host: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:
+    """The IPv4 (or, failing that, IPv6) address ``host`` resolves to, or None (also on timeout)."""
+    lookup = asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
+        infos = await asyncio.wait_for(lookup, timeout)
+    except (OSError, UnicodeError, TimeoutError):
         return None
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
     return str(infos[0][4][0]) if infos else None

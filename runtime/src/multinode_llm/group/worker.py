@@ -34,6 +34,7 @@ from multinode_llm.health.state import WorkerFacts
 log = logging.getLogger("multinode_llm.worker")
 
 HEAD_LOSS_GRACE_S = 5.0  # a head silent this long is gone: a blip shorter than this is tolerated
+LOST_HEAD_STOP_GRACE_S = 1.0
 PROGRESS_EVERY_S = 10.0
 
 
@@ -55,6 +56,7 @@ class WorkerSupervisor(Supervisor):
         super().__init__("worker", config.node.status_port)
         self.config = config
         self.ray: Child | None = None
+        self.ray_stop_grace_s = ray_node.STOP_GRACE_S
         self.facts = WorkerFacts(head=config.head_address)
 
     async def main(self) -> int:
@@ -68,7 +70,7 @@ class WorkerSupervisor(Supervisor):
 
     async def cleanup(self) -> None:
         if self.ray is not None:
-            await self.ray.stop(ray_node.STOP_GRACE_S)
+            await self.ray.stop(self.ray_stop_grace_s)
 
     async def _wait_for_head(self, deadline: Deadline) -> str:
         """The head's IP once its GCS accepts connections; GroupError at the deadline."""
@@ -118,6 +120,8 @@ class WorkerSupervisor(Supervisor):
                 )
             silent_since = None if head_ok else (silent_since or time.monotonic())
             if silent_since is not None and time.monotonic() - silent_since >= HEAD_LOSS_GRACE_S:
+                # Ray's graceful stop would try to drain this node through the dead head's GCS.
+                self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
                 raise GroupError(
                     f"lost the head: its Ray GCS at {head_ip}:{gcs} has not answered for "
                     f"{HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts and joins "

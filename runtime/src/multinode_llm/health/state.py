@@ -36,6 +36,7 @@ class Probes:
 @dataclass(frozen=True)
 class HeadFacts:
     ray_running: bool = False
+    engine_started: bool = False  # False while the head waits for the group before starting vLLM
     engine_running: bool = False
     engine_healthy: bool = False  # the last /health answered 200
     model_listed: bool = False  # the last /v1/models listed the served name
@@ -111,15 +112,14 @@ def _group_check(facts: HeadFacts) -> Check:
 def _head_live(facts: HeadFacts, group: Check) -> Check:
     if not facts.ray_running:
         return Check(False, "the Ray head is not running")
-    if not facts.engine_running:
+    if facts.engine_started and not facts.engine_running:
         return Check(False, "vLLM is not running")
     if facts.engine_answered_once and facts.engine_silent_s > ENGINE_SILENCE_LIMIT_S:
         return Check(False, f"vLLM's /health has not answered for {facts.engine_silent_s:.0f} s")
     if facts.group_formed and not group.ok:
         return Check(False, group.reason)
-    return Check(
-        True, "Ray and vLLM run" + ("; the group is complete" if facts.group_formed else "")
-    )
+    running = "Ray and vLLM run" if facts.engine_started else "Ray runs"
+    return Check(True, running + ("; the group is complete" if facts.group_formed else ""))
 
 
 @dataclass
