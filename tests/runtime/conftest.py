@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from multinode_llm.local.netns import Network
 from runtime_harness import (
     NETWORK_LOCK,
     SUBNET,
@@ -25,8 +26,6 @@ from runtime_harness import (
     remove_new_shm,
     shm_files,
 )
-
-from multinode_llm.local.netns import Network
 
 TIMINGS: list[tuple[str, float]] = []
 PREFIX = "mnrt1"  # the runtime's netns prefix (team rule: mnrt*); NETWORK_LOCK makes it ours alone
@@ -63,9 +62,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture
-def timing() -> Iterator[list[tuple[str, float]]]:
+def timing() -> list[tuple[str, float]]:
     """Append (what, seconds) to have it printed in the run's summary."""
-    yield TIMINGS
+    return TIMINGS
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ class Cluster:
         host = self.network.add_host(name)
         head = self.network.hosts.get("head")
         self.network.set_hosts(host, {HEAD_FQDN: head.ip} if head else {})
-        # Names outside /etc/hosts fail at once instead of asking a DNS server beyond the namespaces.
+        # Names outside /etc/hosts fail at once, not by asking a DNS server outside the namespaces.
         (NETNS_ETC / host.namespace / "resolv.conf").write_text("nameserver 127.0.0.1\n")
         temp_dir = Path(tempfile.mkdtemp(prefix=f"{self.network.prefix}{name[:1]}", dir="/tmp"))
         pod_env = {

@@ -1,4 +1,4 @@
-"""Head and worker supervisors with real Ray, each in its own network namespace (no vLLM started)."""
+"""Head and worker supervisors with real Ray, each in its own network namespace; no vLLM starts."""
 
 from __future__ import annotations
 

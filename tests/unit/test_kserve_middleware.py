@@ -42,6 +42,9 @@ class FakeVllm:
         elif scope["path"] == "/v1/models":
             await _reply(send, 200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
         elif scope["path"] == "/v1/completions":
+            if await _client_gone(receive):  # vLLM cancels requests whose client disconnected
+                await _reply(send, 400, {"error": "the client disconnected"})
+                return
             request = json.loads(body)
             if request.get("stream"):
                 await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -63,6 +66,14 @@ class FakeVllm:
             await _reply(send, 200, "vllm:num_requests_running 0\n")
         else:
             await _reply(send, 404, {"detail": "Not Found"})
+
+
+async def _client_gone(receive: Any) -> bool:
+    try:
+        message = await asyncio.wait_for(receive(), timeout=0.05)
+    except TimeoutError:
+        return False
+    return bool(message["type"] == "http.disconnect")
 
 
 async def _reply(send: Any, status: int, body: Any) -> None:
@@ -91,7 +102,14 @@ def call(
     }
     out: dict[str, Any] = {"body": b""}
 
+    received = False
+
     async def receive() -> dict[str, Any]:
+        """The body once, then nothing: the client stays connected, as a real one does."""
+        nonlocal received
+        if received:
+            await asyncio.Event().wait()
+        received = True
         return {"type": "http.request", "body": data, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:

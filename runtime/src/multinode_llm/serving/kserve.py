@@ -22,6 +22,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from multinode_llm import __version__
@@ -31,6 +32,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +46,24 @@ class Response:
 
     def __init__(self) -> None:
         self.status = 500
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers: Headers = []
         self.body = b""
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request to a route of ours: its scope, its receive and send channels."""
+
+    scope: Scope
+    receive: Receive
+    send: Send
+
+    @property
+    def method(self) -> str:
+        return str(self.scope["method"])
 
 
 class KServeProtocol:
@@ -60,144 +75,107 @@ class KServeProtocol:
         if scope["type"] != "http" or not scope["path"].startswith(_OURS):
             await self.app(scope, receive, send)
             return
-        handled = await self._route(scope, receive, send)
-        if not handled:
+        if not await self._route(Exchange(scope, receive, send)):
             await self.app(scope, receive, send)
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        method, parts = scope["method"], scope["path"].strip("/").split("/")
-        if parts == ["metrics"]:
-            if method != "GET":
-                return False
-            await self._metrics(scope, send)
-            return True
-        if parts[:2] == ["v1", "models"] and len(parts) == 3 and method == "GET":
-            await self._v1_model(scope, send, parts[2])
-            return True
-        if parts[0] != "v2":
+    async def _route(self, ex: Exchange) -> bool:
+        """Answer the request if a route of ours matches; False hands it to vLLM."""
+        method, parts = ex.method, ex.scope["path"].strip("/").split("/")
+        if parts == ["metrics"] and method == "GET":
+            await self._metrics(ex)
+        elif parts[:2] == ["v1", "models"] and len(parts) == 3 and method == "GET":
+            await self._model_route(ex, parts[2], ["v1"])
+        elif parts[0] != "v2":
             return False
-        if method == "GET" and parts == ["v2"]:
+        elif method == "GET" and parts == ["v2"]:
             body = {"name": "multinode-llm", "version": __version__, "extensions": ["generate"]}
-            await _send_json(send, 200, body)
+            await _send_json(ex.send, 200, body)
         elif method == "GET" and parts == ["v2", "health", "live"]:
-            await _send_json(send, 200, {"live": True})
+            await _send_json(ex.send, 200, {"live": True})
         elif method == "GET" and parts == ["v2", "health", "ready"]:
-            ready = await self._ready(scope)
-            await _send_json(send, 200 if ready else 503, {"ready": ready})
+            ready = await self._ready(ex)
+            await _send_json(ex.send, 200 if ready else 503, {"ready": ready})
         elif parts[:2] == ["v2", "models"] and len(parts) >= 3:
-            await self._v2_model(scope, receive, send, method, parts[2], parts[3:])
+            await self._model_route(ex, parts[2], parts[3:])
         else:
-            await _send_json(send, 404, {"error": f"no route {method} {scope['path']}"})
+            await _not_found(ex)
         return True
 
-    # KServe v1 and v2 model routes -----------------------------------------------------------
+    # Model routes: KServe v1 readiness, v2 metadata, readiness and generate -------------------
 
-    async def _v1_model(self, scope: Scope, send: Send, name: str) -> None:
-        listing = await self._served(scope)
+    async def _model_route(self, ex: Exchange, name: str, rest: list[str]) -> None:
+        listing = await self._call(ex, "GET", "/v1/models", headers=_forwarded_headers(ex.scope))
         if listing.status != 200:
-            await _relay(send, listing)
+            await _relay(ex.send, listing)  # vLLM's answer, e.g. 401 without the API key
         elif name not in _model_ids(listing):
-            await _send_json(send, 404, {"error": _unknown(name, listing)})
+            await _send_json(ex.send, 404, {"error": _unknown(name, listing)})
+        elif ex.method == "GET" and rest in (["v1"], ["ready"]):
+            ready = await self._ready(ex)
+            await _send_json(ex.send, 200 if ready else 503, {"name": name, "ready": ready})
+        elif ex.method == "GET" and not rest:
+            await _send_json(ex.send, 200, _model_metadata(name))
+        elif ex.method == "POST" and rest in (["generate"], ["generate_stream"]):
+            await self._generate(ex, name, stream=rest == ["generate_stream"])
         else:
-            ready = await self._ready(scope)
-            await _send_json(send, 200 if ready else 503, {"name": name, "ready": ready})
+            await _not_found(ex)
 
-    async def _v2_model(
-        self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: list[str]
-    ) -> None:
-        listing = await self._served(scope)
-        if listing.status != 200:
-            await _relay(send, listing)
-            return
-        if name not in _model_ids(listing):
-            await _send_json(send, 404, {"error": _unknown(name, listing)})
-        elif method == "GET" and not rest:
-            await _send_json(send, 200, _model_metadata(name))
-        elif method == "GET" and rest == ["ready"]:
-            ready = await self._ready(scope)
-            await _send_json(send, 200 if ready else 503, {"name": name, "ready": ready})
-        elif method == "POST" and rest in (["generate"], ["generate_stream"]):
-            await self._generate(scope, receive, send, name, stream=rest == ["generate_stream"])
-        else:
-            await _send_json(send, 404, {"error": f"no route {method} {scope['path']}"})
-
-    async def _generate(
-        self, scope: Scope, receive: Receive, send: Send, name: str, stream: bool
-    ) -> None:
+    async def _generate(self, ex: Exchange, name: str, stream: bool) -> None:
         try:
-            request = json.loads(await _read_body(receive) or b"{}")
+            request = json.loads(await _read_body(ex.receive) or b"{}")
             completion = _completion_request(request, name, stream)
         except (ValueError, TypeError) as error:
-            await _send_json(send, 400, {"error": f"bad generate request: {error}"})
+            await _send_json(ex.send, 400, {"error": f"bad generate request: {error}"})
             return
         body = json.dumps(completion).encode()
-        headers = [*_forwarded_headers(scope), (b"content-type", b"application/json")]
+        headers = [*_forwarded_headers(ex.scope), (b"content-type", b"application/json")]
         if stream:
+            sub = _sub_scope(ex.scope, "POST", "/v1/completions", headers)
             await self.app(
-                _sub_scope(scope, "POST", "/v1/completions", headers),
-                _body_receiver(body),
-                _GenerateStream(send, name).send,
+                sub, _body_receiver(body, ex.receive), _GenerateStream(ex.send, name).send
             )
             return
-        response = await self._call(scope, "POST", "/v1/completions", body, headers)
+        response = await self._call(ex, "POST", "/v1/completions", headers, body)
         if response.status != 200:
-            await _send_json(send, response.status, {"error": _error_text(response)})
+            await _send_json(ex.send, response.status, {"error": _error_text(response)})
             return
         result = response.json()
         choice = result["choices"][0]
-        await _send_json(
-            send,
-            200,
-            {
-                "model_name": name,
-                "model_version": None,
-                "id": result.get("id"),
-                "text_output": choice.get("text", ""),
-                "details": {
-                    "finish_reason": choice.get("finish_reason"),
-                    "usage": result.get("usage"),
-                },
-            },
-        )
+        answer = {
+            "model_name": name,
+            "model_version": None,
+            "id": result.get("id"),
+            "text_output": choice.get("text", ""),
+            "details": {"finish_reason": choice.get("finish_reason"), "usage": result.get("usage")},
+        }
+        await _send_json(ex.send, 200, answer)
 
     # Readiness and metrics ------------------------------------------------------------------
 
-    async def _ready(self, scope: Scope) -> bool:
+    async def _ready(self, ex: Exchange) -> bool:
         """The supervisor's readiness (engine and whole group) if it runs, else vLLM's /health."""
         if self.status_url:
             answer = await _http_get(f"{self.status_url}/ready")
             if answer is not None:
                 return answer[0] == 200
-        health = await self._call(scope, "GET", "/health")
-        return health.status == 200
+        return (await self._call(ex, "GET", "/health", headers=[])).status == 200
 
-    async def _metrics(self, scope: Scope, send: Send) -> None:
+    async def _metrics(self, ex: Exchange) -> None:
         # Ask for plain text: the supervisor's lines are appended to vLLM's body.
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
-        response = await self._call(scope, "GET", "/metrics", headers=headers)
+        headers = [(k, v) for k, v in ex.scope["headers"] if k.lower() != b"accept-encoding"]
+        response = await self._call(ex, "GET", "/metrics", headers)
         body = response.body
         if response.status == 200 and self.status_url:
             answer = await _http_get(f"{self.status_url}/metrics")
             if answer is not None and answer[0] == 200:
                 body = body.rstrip(b"\n") + b"\n" + answer[1]
-        kept = [(k, v) for k, v in response.headers if k.lower() != b"content-length"]
-        await _send(
-            send, response.status, [*kept, (b"content-length", str(len(body)).encode())], body
-        )
-
-    # In-process calls to vLLM's routes ----------------------------------------------------
-
-    async def _served(self, scope: Scope) -> Response:
-        return await self._call(scope, "GET", "/v1/models", headers=_forwarded_headers(scope))
+        headers = [(k, v) for k, v in response.headers if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await _send(ex.send, response.status, headers, body)
 
     async def _call(
-        self,
-        scope: Scope,
-        method: str,
-        path: str,
-        body: bytes = b"",
-        headers: list[tuple[bytes, bytes]] | None = None,
+        self, ex: Exchange, method: str, path: str, headers: Headers, body: bytes = b""
     ) -> Response:
+        """Call one of vLLM's routes in process and capture its whole answer."""
         response = Response()
         chunks: list[bytes] = []
 
@@ -208,8 +186,8 @@ class KServeProtocol:
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
 
-        sub = _sub_scope(scope, method, path, headers if headers is not None else [])
-        await self.app(sub, _body_receiver(body), capture)
+        sub = _sub_scope(ex.scope, method, path, headers)
+        await self.app(sub, _body_receiver(body, ex.receive), capture)
         response.body = b"".join(chunks)
         return response
 
@@ -298,26 +276,31 @@ def _error_text(response: Response) -> str:
         return response.body.decode(errors="replace")
 
 
-def _forwarded_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+def _forwarded_headers(scope: Scope) -> Headers:
     """The caller's headers minus those that describe its own body."""
     skip = {b"content-length", b"content-type", b"transfer-encoding", b"accept-encoding"}
     return [(k, v) for k, v in scope["headers"] if k.lower() not in skip]
 
 
-def _sub_scope(scope: Scope, method: str, path: str, headers: list[tuple[bytes, bytes]]) -> Scope:
+def _sub_scope(scope: Scope, method: str, path: str, headers: Headers) -> Scope:
     # A copy of the caller's scope keeps what vLLM's handlers read from it (the app, its state).
     sub = dict(scope)
     sub.update(method=method, path=path, raw_path=path.encode(), query_string=b"", headers=headers)
     return sub
 
 
-def _body_receiver(body: bytes) -> Receive:
+def _body_receiver(body: bytes, then: Receive) -> Receive:
+    """Receive ``body`` first, then whatever the caller's connection says (its disconnect).
+
+    vLLM's handlers listen for ``http.disconnect`` to cancel a request whose client went away, so
+    after the body the inner app must hear the real client, not an invented disconnect.
+    """
     sent = False
 
     async def receive() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await then()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -336,6 +319,10 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
+async def _not_found(ex: Exchange) -> None:
+    await _send_json(ex.send, 404, {"error": f"no route {ex.method} {ex.scope['path']}"})
+
+
 async def _relay(send: Send, response: Response) -> None:
     await _send(send, response.status, response.headers, response.body)
 
@@ -346,7 +333,7 @@ async def _send_json(send: Send, status: int, body: Any) -> None:
     await _send(send, status, headers, data)
 
 
-async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+async def _send(send: Send, status: int, headers: Headers, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
