@@ -32,7 +32,8 @@ log = logging.getLogger("multinode_llm.head")
 
 ACCEPTS_EXTRA_ARGS = True  # everything the head does not own goes to vLLM untouched
 
-ENGINE_STOP_GRACE_S = 20.0
+ENGINE_STOP_GRACE_S = 10.0  # in-flight requests finish; fits kubelet's default 30 s grace period
+FAILED_STOP_GRACE_S = 2.0  # a failed group has nothing to finish; vLLM ignores SIGTERM mid-start
 PROGRESS_EVERY_S = 10.0
 
 
@@ -96,7 +97,14 @@ class HeadSupervisor(Supervisor):
         await self._wait_for_port(node.ray_ports.node_manager, "the Ray head's raylet", deadline)
         self.state.mark("ray_head_up")
         self.view = ClusterView(f"{node.pod_ip}:{node.ray_ports.gcs}")
-        await self.view.connect()
+        try:
+            await self.view.connect()
+        except (
+            Exception
+        ) as error:  # Ray raises its own types; whatever it is, the head cannot go on
+            raise GroupError(
+                f"could not connect to the Ray head at {self.view.address}: {error}"
+            ) from error
         watch = self.watch = GroupWatch(self.config, self.state, self.view)
         await self._wait_for_group(watch, deadline)
         if self.engine is None:
@@ -105,7 +113,7 @@ class HeadSupervisor(Supervisor):
 
     async def cleanup(self) -> None:
         if self.engine is not None:
-            await self.engine.stop(ENGINE_STOP_GRACE_S)
+            await self.engine.stop(FAILED_STOP_GRACE_S if self.failed else ENGINE_STOP_GRACE_S)
         if self.view is not None:
             await self.view.close()
         if self.ray is not None:

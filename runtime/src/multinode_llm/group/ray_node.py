@@ -14,7 +14,7 @@ from pathlib import Path
 from multinode_llm.config import Node
 from multinode_llm.group.process import Child
 
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 10.0  # Ray drains a node in about a second while its GCS answers
 
 
 def ray_executable() -> str:

@@ -33,6 +33,7 @@ class Supervisor:
         self.state = HealthState(role=role)
         self.server = StatusServer(self.state, status_port)
         self.stopping = asyncio.Event()
+        self.failed = False  # a failed group stops its children without the courtesy of a drain
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -45,12 +46,21 @@ class Supervisor:
             return 0
         except GroupError as failure:
             self.state.phase = "failed"
+            self.failed = True
             self.log.error("%s", failure)
+            await self._stop()
+            # Again as the very last line, where `kubectl logs --previous` ends, below Ray's own.
+            self.log.error("exit 1: %s", failure)
             return 1
         finally:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        if self.state.phase != "stopped":
             self.state.phase = "stopping"
             await self.cleanup()
             await self.server.stop()
+            self.state.phase = "stopped"
 
     async def main(self) -> int:
         raise NotImplementedError
