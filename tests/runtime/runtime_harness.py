@@ -56,6 +56,9 @@ class Pod:
     process: subprocess.Popen[bytes]
     log_path: Path
     temp_dir: Path
+    role: str
+    args: tuple[str, ...]
+    env: dict[str, str]
 
     @property
     def ip(self) -> str:
@@ -120,18 +123,15 @@ class Cluster:
             **env,
         }
         log_path = temp_dir / f"{name}.log"
-        with open(log_path, "wb") as log:
-            argv = host.command([sys.executable, "-m", "multinode_llm", role, *args])
-            process = subprocess.Popen(
-                argv,
-                env=pod_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        pod = Pod(name, host, process, log_path, temp_dir)
+        process = _run(host, role, args, pod_env, log_path)
+        pod = Pod(name, host, process, log_path, temp_dir, role, args, pod_env)
         self.pods.append(pod)
         return pod
+
+    def restart(self, pod: Pod) -> None:
+        """Start the pod's container again in the same namespace, as kubelet restarts it."""
+        pod.kill()
+        pod.process = _run(pod.host, pod.role, pod.args, pod.env, pod.log_path)
 
     def close(self) -> None:
         for pod in self.pods:
@@ -142,6 +142,16 @@ class Cluster:
         self.network.destroy()
         for pod in self.pods:
             shutil.rmtree(pod.temp_dir, ignore_errors=True)
+
+
+def _run(
+    host: Host, role: str, args: tuple[str, ...], env: dict[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        argv = host.command([sys.executable, "-m", "multinode_llm", role, *args])
+        return subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def kill_namespace(namespace: str) -> None:

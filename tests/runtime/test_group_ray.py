@@ -99,3 +99,17 @@ def _pids(namespace: str) -> list[str]:
     return subprocess.run(
         ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
     ).stdout.split()
+
+
+def test_worker_exits_when_the_head_restarts_faster_than_its_grace(
+    cluster: Cluster, timing: list
+) -> None:
+    head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
+    worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
+    wait_until(lambda: worker.get("/ready")[0] == 200, 180, "the worker to join the head")
+    restarted = time.monotonic()
+    cluster.restart(head)  # same pod, same address: a container restart, not a new pod
+    assert worker.wait_exit(timeout=60) == 1
+    timing.append(("head restarted -> worker exits non-zero", time.monotonic() - restarted))
+    log = worker.log()
+    assert "the head at 10.231.0.2 restarted (a new Ray cluster)" in log or "lost the head" in log

@@ -4,7 +4,8 @@
    and capped backoff, logging progress.
 2. Join it with `ray start --address ... --block` and this pod's GPUs.
 3. Watch: exit 1 when Ray on this pod exits, when the head's GCS stops answering for
-   ``HEAD_LOSS_GRACE_S``, or when the head's name points at another address (a new head pod).
+   ``HEAD_LOSS_GRACE_S``, when the head's name points at another address (a new head pod), or when
+   the head's supervisor restarted (another boot id on its status port).
    Ray workers cannot rejoin a restarted head's group, so the pod must restart and join afresh.
 """
 
@@ -15,6 +16,7 @@ import asyncio
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from multinode_llm.config import WorkerConfig, worker_config
 from multinode_llm.group import arguments, ray_node
@@ -30,6 +32,9 @@ from multinode_llm.group.supervisor import (
     resolve,
 )
 from multinode_llm.health.state import WorkerFacts
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("multinode_llm.worker")
 
@@ -57,6 +62,8 @@ class WorkerSupervisor(Supervisor):
         self.config = config
         self.ray: Child | None = None
         self.ray_stop_grace_s = ray_node.STOP_GRACE_S
+        self.head_boot_id: str | None = None
+        self._http: aiohttp.ClientSession | None = None
         self.facts = WorkerFacts(head=config.head_address)
 
     async def main(self) -> int:
@@ -71,6 +78,8 @@ class WorkerSupervisor(Supervisor):
     async def cleanup(self) -> None:
         if self.ray is not None:
             await self.ray.stop(self.ray_stop_grace_s)
+        if self._http is not None:
+            await self._http.close()
 
     async def _wait_for_head(self, deadline: Deadline) -> str:
         """The head's IP once its GCS accepts connections; GroupError at the deadline."""
@@ -102,7 +111,7 @@ class WorkerSupervisor(Supervisor):
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
     async def _monitor(self, ray: Child, head_ip: str) -> int:
-        node, gcs = self.config.node, self.config.node.ray_ports.gcs
+        node = self.config.node
         silent_since: float | None = None
         while True:
             if ray.returncode is not None:
@@ -110,22 +119,16 @@ class WorkerSupervisor(Supervisor):
                     f"Ray on this worker exited with code {ray.returncode} (its log is above)"
                 )
             head_ok, joined = await asyncio.gather(
-                port_open(head_ip, gcs), port_open(node.pod_ip, node.ray_ports.node_manager)
+                self._check_head(head_ip), port_open(node.pod_ip, node.ray_ports.node_manager)
             )
-            moved = await resolve(self.config.head_host)
-            if moved is not None and moved != head_ip:
-                raise GroupError(
-                    f"the head moved from {head_ip} to {moved} (a new head pod): exiting so that "
-                    "this pod restarts and joins the new head's group"
-                )
             silent_since = None if head_ok else (silent_since or time.monotonic())
             if silent_since is not None and time.monotonic() - silent_since >= HEAD_LOSS_GRACE_S:
                 # Ray's graceful stop would try to drain this node through the dead head's GCS.
                 self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
                 raise GroupError(
-                    f"lost the head: its Ray GCS at {head_ip}:{gcs} has not answered for "
-                    f"{HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts and joins "
-                    "the new head"
+                    f"lost the head: its Ray GCS at {head_ip}:{node.ray_ports.gcs} has not "
+                    f"answered for {HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts "
+                    "and joins the new head"
                 )
             self.facts = WorkerFacts(
                 ray_running=True,
@@ -138,3 +141,43 @@ class WorkerSupervisor(Supervisor):
                 self.state.mark("joined")
                 self.state.phase = "joined"
             await self.pause(TICK_S)
+
+    async def _check_head(self, head_ip: str) -> bool:
+        """Whether the head this worker joined still answers; GroupError when it was replaced.
+
+        Ray workers cannot join a new head's cluster from the old one, so a new head pod (its name
+        resolves elsewhere) or a restarted head supervisor (another boot id on its status port)
+        means this pod must restart, even if the head came back faster than HEAD_LOSS_GRACE_S.
+        """
+        moved = await resolve(self.config.head_host)
+        if moved is not None and moved != head_ip:
+            self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+            raise GroupError(
+                f"the head moved from {head_ip} to {moved} (a new head pod): exiting so that "
+                "this pod restarts and joins the new head's group"
+            )
+        boot_id = await self._head_boot_id(head_ip)
+        if boot_id is not None:
+            self.head_boot_id = self.head_boot_id or boot_id
+            if boot_id != self.head_boot_id:
+                self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+                raise GroupError(
+                    f"the head at {head_ip} restarted (a new Ray cluster): exiting so that this "
+                    "pod restarts and joins it"
+                )
+        return await port_open(head_ip, self.config.node.ray_ports.gcs)
+
+    async def _head_boot_id(self, head_ip: str) -> str | None:
+        """The head supervisor's boot id from its status port; None when it does not answer."""
+        import aiohttp  # the worker's status server has it loaded already
+
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
+        url = f"http://{head_ip}:{self.config.node.status_port}/status"
+        try:
+            async with self._http.get(url) as answer:
+                status = await answer.json() if answer.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        boot_id = status.get("boot_id") if isinstance(status, dict) else None
+        return str(boot_id) if boot_id else None

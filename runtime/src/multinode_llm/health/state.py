@@ -13,6 +13,7 @@ second) from its facts. The rules, from the issue and DEVELOPERS.md:
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -137,6 +138,8 @@ class HealthState:
     )
     facts: HeadFacts | WorkerFacts | None = None
     started_at: float = field(default_factory=time.monotonic)
+    # Tells a restarted supervisor from the one before it (workers watch the head's).
+    boot_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     timeline: dict[str, float] = field(default_factory=dict)  # event -> seconds since start
 
     def mark(self, event: str) -> None:
@@ -150,6 +153,7 @@ class HealthState:
     def status(self) -> dict[str, Any]:
         return {
             "role": self.role,
+            "boot_id": self.boot_id,
             "phase": self.phase,
             "probes": asdict(self.probes),
             "facts": asdict(self.facts) if self.facts is not None else {},
