@@ -140,6 +140,7 @@ class Cluster:
                     pod.stop(timeout=30)
             kill_namespace(pod.host.namespace)
         self.network.destroy()
+        remove_links(self.network.prefix)
         for pod in self.pods:
             shutil.rmtree(pod.temp_dir, ignore_errors=True)
 
@@ -169,6 +170,22 @@ def kill_namespace(namespace: str) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def remove_links(prefix: str) -> None:
+    """Delete links the prefix names that outlived their namespace (a veth goes only when its
+    namespace is freed, which can lag `ip netns delete` while killed processes exit)."""
+    for _ in range(50):
+        listing = subprocess.run(
+            ["ip", "-o", "link", "show"], capture_output=True, text=True, check=False
+        )
+        names = [line.split(":")[1].strip().split("@")[0] for line in listing.stdout.splitlines()]
+        left = [name for name in names if name.startswith(f"{prefix}-")]
+        if not left:
+            return
+        for name in left:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
         time.sleep(0.1)
 
 

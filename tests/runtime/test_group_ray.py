@@ -35,13 +35,17 @@ def _probe(cluster: Cluster, pod_name: str, probe: str) -> int:
 def test_worker_gives_up_when_no_head_answers(cluster: Cluster, timing: list) -> None:
     start = time.monotonic()
     worker = cluster.start(
-        "worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC, "GROUP_WAIT_TIMEOUT": "3"}
+        "worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC, "GROUP_WAIT_TIMEOUT": "5"}
+    )
+    wait_until(lambda: worker.get("/live")[0] == 200, 30, "the worker's status port", interval=0.1)
+    assert worker.get("/startup")[1]["reason"] == (
+        "waiting for the head's Ray GCS at tiny-head-1.default.svc.cluster.local:6379"
     )
     assert worker.wait_exit(timeout=60) == 1
     elapsed = time.monotonic() - start
-    timing.append(("worker without a head: exit after GROUP_WAIT_TIMEOUT=3", elapsed))
+    timing.append(("worker without a head: exit after GROUP_WAIT_TIMEOUT=5", elapsed))
     log = worker.log()
-    assert "tiny-head-1.default.svc.cluster.local:6379 did not answer within 3 s" in log
+    assert "tiny-head-1.default.svc.cluster.local:6379 did not answer within 5 s" in log
     assert "check that the head pod runs" in log
 
 

@@ -90,19 +90,26 @@ def test_dead_engine_or_ray_is_unlive() -> None:
 
 
 def test_worker_states() -> None:
-    joining = worker_probes(WorkerFacts(ray_running=True, head="h:6379"))
+    joining = worker_probes(WorkerFacts(ray_started=True, ray_running=True, head="h:6379"))
     assert (joining.startup.ok, joining.ready.ok, joining.live.ok) == (False, False, True)
     joined = worker_probes(
-        WorkerFacts(ray_running=True, joined=True, head_reachable=True, head="h:6379")
+        WorkerFacts(
+            ray_started=True, ray_running=True, joined=True, head_reachable=True, head="h:6379"
+        )
     )
     assert (joined.startup.ok, joined.ready.ok, joined.live.ok) == (True, True, True)
     lost = worker_probes(
-        WorkerFacts(ray_running=True, joined=True, head_reachable=False, head="h:6379")
+        WorkerFacts(
+            ray_started=True, ray_running=True, joined=True, head_reachable=False, head="h:6379"
+        )
     )
     assert (lost.ready.ok, lost.live.ok) == (False, False)
     assert lost.live.reason == "the head's Ray GCS at h:6379 does not answer"
-    down = worker_probes(WorkerFacts(ray_running=False))
+    down = worker_probes(WorkerFacts(ray_started=True, ray_running=False))
     assert not down.live.ok
+    waiting = worker_probes(WorkerFacts(head="h:6379"))
+    assert (waiting.startup.ok, waiting.ready.ok, waiting.live.ok) == (False, False, True)
+    assert waiting.startup.reason == "waiting for the head's Ray GCS at h:6379"
 
 
 def test_state_keeps_first_event_times_and_exposes_metrics() -> None:

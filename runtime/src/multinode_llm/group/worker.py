@@ -131,6 +131,7 @@ class WorkerSupervisor(Supervisor):
                     "and joins the new head"
                 )
             self.facts = WorkerFacts(
+                ray_started=True,
                 ray_running=True,
                 joined=joined or self.facts.joined,
                 head_reachable=head_ok,

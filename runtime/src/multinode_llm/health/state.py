@@ -63,6 +63,7 @@ class HeadFacts:
 
 @dataclass(frozen=True)
 class WorkerFacts:
+    ray_started: bool = False  # False while the worker waits for the head's GCS to answer
     ray_running: bool = False
     joined: bool = False
     head_reachable: bool = False
@@ -78,6 +79,9 @@ def head_probes(facts: HeadFacts) -> Probes:
 
 
 def worker_probes(facts: WorkerFacts) -> Probes:
+    if not facts.ray_started:
+        waiting = Check(False, f"waiting for the head's Ray GCS at {facts.head}")
+        return Probes(startup=waiting, ready=waiting, live=Check(True, "waiting for the head"))
     if not facts.ray_running:
         down = Check(False, "the Ray node is not running")
         return Probes(startup=down, ready=down, live=down)
