@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,3 +119,26 @@ def test_worker_exits_when_the_head_restarts_faster_than_its_grace(
     timing.append(("head restarted -> worker exits non-zero", time.monotonic() - restarted))
     log = worker.log()
     assert "the head at 10.231.0.2 restarted (a new Ray cluster)" in log or "lost the head" in log
+
+
+def test_head_exits_when_its_ray_dies(cluster: Cluster, timing: list) -> None:
+    head = cluster.start(
+        "head", "head", {**WAITING_GROUP, "RAY_NODE_COUNT": "2"}, "--no-early-engine-start"
+    )
+    wait_until(lambda: _facts(head).get("nodes") == 1, 120, "the Ray head to register itself")
+    gcs = [pid for pid in _pids(head.host.namespace) if "gcs_server" in _cmdline(pid)]
+    assert len(gcs) == 1
+    killed = time.monotonic()
+    os.kill(int(gcs[0]), signal.SIGKILL)
+    assert head.wait_exit(timeout=60) == 1
+    timing.append(("Ray GCS killed -> head exits non-zero", time.monotonic() - killed))
+    assert "exit 1: the Ray head exited with code" in head.log().splitlines()[-1]
+    assert _pids(head.host.namespace) == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -71,7 +72,13 @@ def run(args: argparse.Namespace) -> int:
             f"the model directory {config.model} does not exist: check MODEL_DIR (KServe mounts "
             "the storageUri at /mnt/models) or pass --model with a directory or a Hub model id"
         )
-    return asyncio.run(HeadSupervisor(config).run())
+    code = asyncio.run(HeadSupervisor(config).run())
+    # Every child is stopped by now. Exit without running atexit handlers: the Ray driver's would
+    # wait a minute for a GCS that is gone when Ray died.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class HeadSupervisor(Supervisor):
@@ -114,8 +121,8 @@ class HeadSupervisor(Supervisor):
     async def cleanup(self) -> None:
         if self.engine is not None:
             await self.engine.stop(FAILED_STOP_GRACE_S if self.failed else ENGINE_STOP_GRACE_S)
-        if self.view is not None:
-            await self.view.close()
+        if self.view is not None and self.ray is not None and self.ray.returncode is None:
+            await self.view.close()  # with Ray gone, the driver could only wait for a dead GCS
         if self.ray is not None:
             await self.ray.stop(ray_node.STOP_GRACE_S)
         if self.watch is not None:
