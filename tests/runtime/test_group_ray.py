@@ -8,7 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from runtime_harness import HEAD_SVC, Cluster, wait_until
+
+pytestmark = pytest.mark.timeout(300)
 
 # A group of three whose third pod never comes: the head waits and never starts vLLM.
 WAITING_GROUP = {
