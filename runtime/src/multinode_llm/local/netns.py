@@ -80,7 +80,18 @@ class Network:
         host = Host(namespace=namespace, ip=str(self.subnet.network_address + index))
         outside = f"{self.prefix}-v{index}"
         _ip("netns", "add", namespace)
-        _ip("link", "add", outside, "type", "veth", "peer", "name", host.interface, "netns", namespace)
+        _ip(
+            "link",
+            "add",
+            outside,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            host.interface,
+            "netns",
+            namespace,
+        )
         _ip("link", "set", outside, "master", self.bridge, "up")
         _ip("-n", namespace, "addr", "add", f"{host.ip}/24", "dev", host.interface)
         _ip("-n", namespace, "link", "set", host.interface, "up")
@@ -114,7 +125,9 @@ def namespaces_with_prefix(prefix: str) -> list[str]:
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise UserError("network namespaces need root: run this command as root (for example with sudo)")
+        raise UserError(
+            "network namespaces need root: run this command as root (for example with sudo)"
+        )
 
 
 def _ip(*args: str, check: bool = True) -> None:
