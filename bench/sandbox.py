@@ -180,6 +180,27 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return 0, b""
 
 
+def http_post_json(url: str, body: dict[str, Any], timeout: float = 30.0) -> int:
+    """The status of a JSON POST to an http:// URL; 0 when nothing answers."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
+    try:
+        connection.request(
+            "POST", parts.path, json.dumps(body), {"Content-Type": "application/json"}
+        )
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    except OSError:
+        return 0
+    finally:
+        connection.close()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (0 when it is gone)."""
     try:

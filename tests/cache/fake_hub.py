@@ -87,7 +87,11 @@ class FakeHub:
         self.client_requests = (
             0  # requests with huggingface_hub's user agent: the cache was bypassed
         )
-        self.bytes_per_second: float | None = None  # throttle blob bodies
+        self.bytes_per_second: float | None = None  # throttle each blob body on its own
+        # Throttle all blob bodies together, as one uplink shared by every connection (FIFO by
+        # chunk): the upstream of a benchmark where N downloaders split a fixed bandwidth.
+        self.link_bytes_per_second: float | None = None
+        self._link_free_at = 0.0  # when the shared link has sent everything queued on it
         self.corrupt: set[str] = set()  # paths served with one byte flipped
         self.xet = True
         self._lock = threading.Lock()
@@ -360,8 +364,18 @@ class FakeHub:
                 ahead = (offset + CHUNK) / self.bytes_per_second - (time.monotonic() - began)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
+            if self.link_bytes_per_second:
+                await self._through_link(min(CHUNK, len(body) - offset))
         await response.write_eof()
         return response
+
+    async def _through_link(self, size: int) -> None:
+        """Wait until the shared link has carried ``size`` more bytes after those queued before."""
+        assert self.link_bytes_per_second
+        now = time.monotonic()
+        # One event loop runs every response: no lock needed around the link's clock.
+        self._link_free_at = max(now, self._link_free_at) + size / self.link_bytes_per_second
+        await asyncio.sleep(self._link_free_at - now)
 
 
 def _token(request: web.Request) -> str:
