@@ -12,7 +12,15 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-from chartlib import KSERVE_KINDS, KUBE_HIGHEST, KUBE_LOWEST, SCHEMAS, scenarios, template
+from chartlib import (
+    KSERVE_KINDS,
+    KUBE_HIGHEST,
+    KUBE_LOWEST,
+    SCHEMAS,
+    load_values_file,
+    scenarios,
+    template,
+)
 from crdschema import crd_schemas
 from referencing import Registry, Resource
 
@@ -69,9 +77,22 @@ def test_core_objects_are_valid_for_the_lowest_and_highest_kubernetes(
         kubernetes_validate.validate(doc, version, strict=True)
 
 
+def expected_kserve_kinds(name: str) -> set[str]:
+    """The InferenceService where the scenario serves a model, the ClusterStorageContainer where
+    it renders one."""
+    values = load_values_file(SCENARIOS[name])
+    kinds = set()
+    if values.get("model", {}).get("uri"):
+        kinds.add("InferenceService")
+    if values.get("modelCache", {}).get("storageContainer", {}).get("enabled"):
+        kinds.add("ClusterStorageContainer")
+    return kinds
+
+
 def test_kserve_objects_are_valid_under_our_schemas(major: str, scenario: str) -> None:
     kserve = [d for d in rendered(major, scenario) if d["kind"] in KSERVE_KINDS]
-    assert {d["kind"] for d in kserve} >= {"InferenceService"}
+    assert kserve, "no KServe object rendered"
+    assert {d["kind"] for d in kserve} >= expected_kserve_kinds(scenario)
     for doc in kserve:
         assert our_errors(doc) == [], doc["kind"]
 
