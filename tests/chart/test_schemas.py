@@ -189,6 +189,9 @@ def test_our_storage_container_schema_accepts_an_hf_downloader_and_refuses_a_typ
     }
     assert our_errors(csc) == []
     assert our_errors(mutated(csc, ["spec", "supportedUriFormat"], [{"prefix": "hf://"}]))
+    # `disabled` sits beside spec in the CRD, not inside it.
+    assert our_errors(mutated(csc, ["disabled"], True)) == []
+    assert our_errors(mutated(csc, ["spec", "disabled"], True))
 
 
 @pytest.mark.parametrize("kube_version", [KUBE_LOWEST, KUBE_HIGHEST])
