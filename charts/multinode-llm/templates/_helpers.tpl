@@ -373,9 +373,10 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- /* the model and where it is stored */}}
 {{- $uri := $v.model.uri }}
 {{- $scheme := include "multinode-llm.modelScheme" . }}
-{{- if and (not $uri) (not $v.modelCache.enabled) }}
+{{- if not $uri }}
+{{- if not $v.modelCache.enabled }}
 {{- $errors = append $errors "model.uri is required: set it to hf://ORG/NAME[:REVISION] (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct), pvc://CLAIM/PATH or oci://REGISTRY/REPO:TAG (only a release that runs the model cache, modelCache.enabled=true, may leave it empty)" }}
-{{- else if not $uri }}
+{{- end }}
 {{- else if eq $scheme "hf" }}
 {{- if not (regexMatch (include "multinode-llm.hfPattern" .) $uri) }}
 {{- $errors = append $errors (printf "model.uri=%s is not a valid Hugging Face URI: use hf://ORG/NAME or hf://ORG/NAME:REVISION (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct); the revision may not contain '/'" $uri) }}
