@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +45,7 @@ from bench.sandbox import LOCAL_NET, http_get, http_post_json, tail, wait_until
 MODEL_DIR = "tiny-llama"  # the built-in local values serve pvc://models/tiny-llama
 MODEL_NAME = "tiny-llama"
 ENGINE_ARGS = ("--max-model-len=512", "--max-num-seqs=8")  # the local values' vllm.args
+LOGS = Path(__file__).resolve().parent / "out" / "group"  # the last group's logs, for a look
 POLL_S = 0.05
 READY_TIMEOUT_S = 900.0
 RECOVERY_TIMEOUT_S = 600.0
@@ -185,7 +187,17 @@ class _LocalGroup:
     def __exit__(self, *_exc: object) -> None:
         from multinode_llm.local import cluster
 
+        self._keep_logs()
         cluster.down(LOCAL_NET[0])
+
+    def _keep_logs(self) -> None:
+        """Copy every container log to bench/out/group/ (the cluster's state goes with down)."""
+        LOGS.mkdir(parents=True, exist_ok=True)
+        for pod in self.status().get("pods", []):
+            for container in pod["containers"]:
+                for run in (container.get("last_state") or {}, container):
+                    if run.get("log") and Path(run["log"]).exists():
+                        shutil.copy(run["log"], LOGS / f"{pod['role']}-{Path(run['log']).name}")
 
     def status(self) -> dict[str, Any]:
         from multinode_llm.local import cluster
