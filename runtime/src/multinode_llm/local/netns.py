@@ -80,7 +80,8 @@ class Network:
         host = Host(namespace=namespace, ip=str(self.subnet.network_address + index))
         outside = f"{self.prefix}-v{index}"
         _ip("netns", "add", namespace)
-        _ip("link", "add", outside, "type", "veth", "peer", "name", host.interface, "netns", namespace)
+        veth = ("type", "veth", "peer", "name", host.interface, "netns", namespace)
+        _ip("link", "add", outside, *veth)
         _ip("link", "set", outside, "master", self.bridge, "up")
         _ip("-n", namespace, "addr", "add", f"{host.ip}/24", "dev", host.interface)
         _ip("-n", namespace, "link", "set", host.interface, "up")
@@ -89,16 +90,18 @@ class Network:
         self.hosts[name] = host
         return host
 
-    def set_hosts(self, host: Host, names: Mapping[str, str]) -> None:
-        """Write the namespace's ``/etc/hosts``: localhost, its own name, and ``names`` (name -> IP)."""
+    def set_hosts(self, host: Host, names: Mapping[str, str | Sequence[str]]) -> None:
+        """Write the namespace's ``/etc/hosts``: localhost and ``names`` (name -> IP, or the IPs
+        of every pod behind a headless Service: one line each, as DNS would return them all)."""
         lines = ["127.0.0.1 localhost", "::1 localhost"]
-        lines += [f"{ip} {name}" for name, ip in sorted(names.items())]
+        for name, ips in sorted(names.items()):
+            lines += [f"{ip} {name}" for ip in ([ips] if isinstance(ips, str) else ips)]
         directory = NETNS_ETC / host.namespace
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "hosts").write_text("\n".join(lines) + "\n")
 
     def destroy(self) -> None:
-        """Remove every namespace, veth, hosts file and the bridge this prefix names. Safe to repeat."""
+        """Remove every namespace, veth, hosts file and bridge this prefix names. Safe to repeat."""
         for namespace in namespaces_with_prefix(self.prefix):
             _ip("netns", "delete", namespace, check=False)  # takes its end of the veth pair along
             shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)
@@ -114,7 +117,9 @@ def namespaces_with_prefix(prefix: str) -> list[str]:
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise UserError("network namespaces need root: run this command as root (for example with sudo)")
+        raise UserError(
+            "network namespaces need root: run this command as root (for example with sudo)"
+        )
 
 
 def _ip(*args: str, check: bool = True) -> None:
