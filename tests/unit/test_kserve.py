@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from multinode_llm.errors import UserError
 from multinode_llm.local import kserve
 from multinode_llm.local.k8s import env_value, quantity, strategic_merge

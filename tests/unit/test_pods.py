@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from multinode_llm.errors import UserError
 from multinode_llm.local import cluster, kserve
 from multinode_llm.local.pods import (
