@@ -22,7 +22,10 @@ from multinode_llm import __version__
 from multinode_llm.errors import UserError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "head": ("multinode_llm.group.head", "run the Ray head and vLLM's OpenAI server (KServe head pod)"),
+    "head": (
+        "multinode_llm.group.head",
+        "run the Ray head and vLLM's OpenAI server (KServe head pod)",
+    ),
     "worker": ("multinode_llm.group.worker", "join the head's Ray cluster (KServe worker pod)"),
     "probe": ("multinode_llm.health.probe", "ask a supervisor's status port (exec probe)"),
     "cache": ("multinode_llm.cache.cli", "the Hugging Face Hub pull-through cache"),

@@ -87,13 +87,19 @@ def start(options: UpOptions, progress: Callable[[str], None] = lambda line: Non
             f"(kubelet pid {state.kubelet_pid()}): run `multinode-llm local down` first"
         )
     subnet = _subnet(options.subnet)
-    chart = options.chart or find_chart()
-    values = list(options.values) or [DEFAULT_VALUES]
-    objects = render(chart, values, options.sets, options.release, options.namespace, options.helm)
-    reconciled = kserve.reconcile(objects, options.namespace)
-    claims = dict(options.volumes)
-    _default_claims(reconciled.storage_uri, claims, make=not options.values, progress=progress)
     listener = _listen(options.host, options.port)
+    try:
+        chart = options.chart or find_chart()
+        values = list(options.values) or [DEFAULT_VALUES]
+        objects = render(
+            chart, values, options.sets, options.release, options.namespace, options.helm
+        )
+        reconciled = kserve.reconcile(objects, options.namespace)
+        claims = dict(options.volumes)
+        _default_claims(reconciled.storage_uri, claims, make=not options.values, progress=progress)
+    except BaseException:
+        listener.close()
+        raise
     down(options.prefix)  # whatever a crashed run with this prefix left behind
     network = Network(options.prefix, subnet)
     network.create()
@@ -318,7 +324,6 @@ def _plan(
             host_ip=network.gateway,
         )
         pod = plan_pod(identity, workload.pod_spec, objects, claims)
-        pod = _as_runnable_user(pod)
         if pending:
             pod = PodPlan(**{**pod.__dict__, "pending": pending})
         else:
@@ -388,37 +393,6 @@ def _service_names(
         for form in (service.name, short, f"{short}.svc", f"{short}.svc.cluster.local"):
             names[form] = ips
     return names
-
-
-def _as_runnable_user(pod: PodPlan) -> PodPlan:
-    """Keep the chart's user when it can run this Python environment, else use root, saying why."""
-    containers = []
-    for container in pod.containers:
-        reason = _unreadable_for(container.uid, container.gid)
-        if reason:
-            print(
-                f"multinode-llm local: running {pod.name}/{container.name} as root, not uid "
-                f"{container.uid}: {reason}",
-                file=sys.stderr,
-            )
-            container = type(container)(**{**container.__dict__, "uid": 0, "gid": 0, "groups": []})
-        containers.append(container)
-    return PodPlan(**{**pod.__dict__, "containers": containers})
-
-
-def _unreadable_for(uid: int, gid: int) -> str:
-    """Why user ``uid`` cannot run this Python environment, or "" when it can."""
-    if uid == 0:
-        return ""
-    probe = ["setpriv", "--reuid", str(uid), "--regid", str(gid), "--clear-groups"]
-    probe += [sys.executable, "-c", "import multinode_llm.local.container"]
-    result = subprocess.run(probe, capture_output=True, text=True, check=False, cwd="/")
-    if result.returncode == 0:
-        return ""
-    return (
-        f"that user cannot run {sys.executable} ({result.stderr.strip().splitlines()[-1:]}); "
-        "install into a directory every user can read to run pods as the chart's user"
-    )
 
 
 def _default_claims(

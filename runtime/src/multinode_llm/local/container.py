@@ -33,9 +33,13 @@ def main(argv: list[str]) -> int:
     mounts = container["mounts"]
     # Open every source first: a later mount (the pod's /tmp) may cover where a source lives.
     sources = {index: _open_source(m) for index, m in enumerate(mounts) if m["kind"] == "bind"}
-    image = _keep_image_paths([m["target"] for m in mounts])
+    image_paths = _image_paths()
+    closed = _closed_ancestors(image_paths, container["uid"])
+    image = _keep_image_paths(image_paths, [m["target"] for m in mounts] + closed)
     if container["read_only_root"]:
         _run("mount", "-o", "remount,bind,ro", "/")
+    for directory in closed:
+        _run("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", directory)
     for index, mount in enumerate(mounts):
         _mount(mount, sources.get(index))
     for path, descriptor in image.items():
@@ -43,15 +47,36 @@ def main(argv: list[str]) -> int:
     return _supervise(_start(container))
 
 
-def _keep_image_paths(targets: list[str]) -> dict[str, int]:
-    """Descriptors of the "image" directories (this Python environment) that a mount would cover.
+def _image_paths() -> list[str]:
+    """The container's "image": this Python environment (venv, base install, import path)."""
+    paths = {sys.prefix, sys.base_prefix, *sys.path}
+    return sorted(p for p in paths if p.startswith("/") and p != "/" and os.path.isdir(p))
+
+
+def _closed_ancestors(paths: list[str], uid: int) -> list[str]:
+    """Directories a non-root user cannot pass through on the way to the image (``/root`` when
+    Python is installed under root's home). Inside the container each is replaced by an empty,
+    passable tmpfs into which only the image paths are bound: the image, not the home, is shared.
+    """
+    if uid == 0:
+        return []
+    closed = {
+        str(ancestor)
+        for path in paths
+        for ancestor in Path(path).parents
+        if str(ancestor) != "/" and not os.stat(ancestor).st_mode & 0o001
+    }
+    return sorted(c for c in closed if not any(c.startswith(o + "/") for o in closed))
+
+
+def _keep_image_paths(paths: list[str], targets: list[str]) -> dict[str, int]:
+    """Descriptors of the image paths that a mount will cover, to bind them back after it.
 
     The host's filesystem is the image: when the environment lives below a mount target (a
     checkout under /tmp, which the pod's own /tmp covers), it is bound back after the mounts.
     """
-    wanted = {sys.prefix, sys.base_prefix, *[p for p in sys.path if p and os.path.isdir(p)]}
     kept: dict[str, int] = {}
-    for path in sorted(wanted):
+    for path in paths:
         covered = any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
         if covered and not any(path.startswith(k + "/") for k in kept):
             kept[path] = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -60,7 +85,7 @@ def _keep_image_paths(targets: list[str]) -> dict[str, int]:
 
 def _restore(path: str, descriptor: int) -> None:
     Path(path).mkdir(parents=True, exist_ok=True)
-    _run("mount", "--rbind", f"/proc/self/fd/{descriptor}", path, keep_fd=descriptor)
+    _run("mount", "-c", "--rbind", f"/proc/self/fd/{descriptor}", path, keep_fd=descriptor)
     _run("mount", "-o", "remount,bind,ro", path)
     os.close(descriptor)
 
@@ -83,7 +108,7 @@ def _mount(mount: dict[str, Any], source: int | None) -> None:
         _run("mount", "-t", "tmpfs", "-o", options, "tmpfs", target)
     else:
         _ensure_mount_point(target, directory=os.path.isdir(f"/proc/self/fd/{source}"))
-        _run("mount", "--bind", f"/proc/self/fd/{source}", target, keep_fd=source)
+        _run("mount", "-c", "--bind", f"/proc/self/fd/{source}", target, keep_fd=source)
         os.close(source)
     # A bind mount copies its source mount's flags (the root may be read-only by now): set them.
     if mount["read_only"] or source is not None:
@@ -127,7 +152,7 @@ def _cover_with_mirror(parent: Path) -> None:
                 mirror.mkdir()
             else:
                 mirror.touch()
-            _run("mount", "--rbind", entry, str(mirror), keep_fd=original)
+            _run("mount", "-c", "--rbind", entry, str(mirror), keep_fd=original)
     finally:
         os.close(original)
 
