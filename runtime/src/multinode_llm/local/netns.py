@@ -80,8 +80,18 @@ class Network:
         host = Host(namespace=namespace, ip=str(self.subnet.network_address + index))
         outside = f"{self.prefix}-v{index}"
         _ip("netns", "add", namespace)
-        veth = ("type", "veth", "peer", "name", host.interface, "netns", namespace)
-        _ip("link", "add", outside, *veth)
+        _ip(
+            "link",
+            "add",
+            outside,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            host.interface,
+            "netns",
+            namespace,
+        )
         _ip("link", "set", outside, "master", self.bridge, "up")
         _ip("-n", namespace, "addr", "add", f"{host.ip}/24", "dev", host.interface)
         _ip("-n", namespace, "link", "set", host.interface, "up")
