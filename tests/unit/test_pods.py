@@ -368,3 +368,33 @@ def test_no_kubelet_pid_means_no_cluster(tmp_path: Path) -> None:
     state.directory.mkdir(parents=True)
     state.pid_file.write_text("999999999")
     assert state.kubelet_pid() is None
+
+
+def test_a_claim_the_pods_user_cannot_read_is_refused_with_the_fix(
+    tmp_path: Path,
+) -> None:
+    model = tmp_path / "claim" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"")
+    weights.chmod(0o600)
+    spec = {
+        "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+        "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
+        **_pod_spec(
+            volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "tiny"}]
+        ),
+    }
+    with pytest.raises(
+        UserError,
+        match=r"model.safetensors \(mode 600, .*not readable by uid 1000.*chmod -R a\+rX",
+    ):
+        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"})
+    weights.chmod(0o644)
+    assert (
+        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"})
+        .containers[0]
+        .uid
+        == 1000
+    )

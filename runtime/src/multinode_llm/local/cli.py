@@ -186,7 +186,7 @@ def _status(prefix: str, as_json: bool) -> int:
         print(json.dumps(current, indent=1))
         return 0
     now = time.time()
-    print(f"{'POD':<52} {'ROLE':<7} {'IP':<13} {'READY':<6} {'RESTARTS':<9} {'STATUS':<18} AGE")
+    print(f"{'POD':<56} {'ROLE':<7} {'IP':<13} {'READY':<6} {'RESTARTS':<9} {'STATUS':<18} AGE")
     for pod in current.get("pods", []):
         container = pod["containers"][0] if pod["containers"] else {}
         state = (
@@ -198,7 +198,7 @@ def _status(prefix: str, as_json: bool) -> int:
         age = f"{now - started:.0f}s" if started else "-"
         ready = f"{sum(c['ready'] for c in pod['containers'])}/{len(pod['containers'])}"
         print(
-            f"{pod['name']:<52} {pod['role']:<7} {pod['ip'] or '-':<13} {ready:<6} "
+            f"{pod['name']:<56} {pod['role']:<7} {pod['ip'] or '-':<13} {ready:<6} "
             f"{pod['restarts']:<9} {state:<18} {age}"
         )
     if not current.get("kubelet_alive"):

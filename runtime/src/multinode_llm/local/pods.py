@@ -165,6 +165,12 @@ def plan_container(
     argv = [expand(arg, env) for arg in [*container["command"], *(container.get("args") or [])]]
     security = container.get("securityContext") or {}
     capabilities = security.get("capabilities") or {}
+    mounts = container_mounts(identity, pod_spec, container, objects, claims, env)
+    for mount in mounts:
+        if mount.kind == "bind" and any(
+            Path(mount.source).is_relative_to(c) for c in claims.values()
+        ):
+            _check_readable(Path(mount.source), uid, {gid, *groups}, what)
     return ContainerPlan(
         name=name,
         argv=argv,
@@ -176,11 +182,32 @@ def plan_container(
         no_new_privs=security.get("allowPrivilegeEscalation") is False,
         drop_capabilities="ALL" in (capabilities.get("drop") or []),
         read_only_root=bool(security.get("readOnlyRootFilesystem")),
-        mounts=container_mounts(identity, pod_spec, container, objects, claims, env),
+        mounts=mounts,
         startup=parse_probe(container.get("startupProbe"), container, what),
         readiness=parse_probe(container.get("readinessProbe"), container, what),
         liveness=parse_probe(container.get("livenessProbe"), container, what),
     )
+
+
+def _check_readable(root: Path, uid: int, gids: set[int], what: str) -> None:
+    """Refuse a claim the pod's user could not read (kubelet would start it, and it would fail)."""
+    if uid == 0:
+        return
+    for directory, _, files in os.walk(root):
+        for path in [Path(directory), *(Path(directory) / name for name in files)]:
+            info = path.stat()
+            need = 0o5 if path.is_dir() else 0o4
+            if info.st_uid == uid:
+                allowed = (info.st_mode >> 6) & need == need
+            elif info.st_gid in gids:
+                allowed = (info.st_mode >> 3) & need == need
+            else:
+                allowed = info.st_mode & need == need
+            if not allowed:
+                raise UserError(
+                    f"{what}: {path} (mode {info.st_mode & 0o777:o}, owner uid {info.st_uid}) is "
+                    f"not readable by uid {uid}, the pod's user: chmod -R a+rX {root}"
+                )
 
 
 def run_as(pod_spec: Obj, container: Obj, what: str) -> tuple[int, int, list[int]]:
