@@ -409,8 +409,14 @@ def _default_claims(
 
 
 def make_model(directory: Path) -> None:
-    """The runtime's tiny-model maker (``local/model.py``), imported only when a model is made."""
+    """The runtime's tiny-model maker (``local/model.py``), imported only when a model is made.
+
+    The files are then made readable by everyone: the pods run as the chart's non-root user, and
+    safetensors writes its file for its owner only.
+    """
     importlib.import_module("multinode_llm.local.model").make_model(directory)
+    for path in [directory, *directory.rglob("*")]:
+        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
 
 
 def volumes_root() -> Path:
