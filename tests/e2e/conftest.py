@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(
+    0, str(Path(__file__).parents[1])
+)  # tests/serving_checks.py, shared with tests/kind
+
 from groups import TIMINGS, group_prerequisites, record
 from multinode_llm.local import cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "e2e: the chart's pods run end to end by the local cluster"
-    )
+    config.addinivalue_line("markers", "e2e: the chart's pods run end to end by the local cluster")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

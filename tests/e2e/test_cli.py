@@ -29,9 +29,7 @@ def _cli(*args: str, user: int | None = None) -> subprocess.CompletedProcess[str
             "--clear-groups",
             *argv,
         ]
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, check=False, cwd="/"
-    )
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd="/")
 
 
 def _one_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -44,12 +42,7 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
 @pytest.fixture(autouse=True)
 def _root_and_helm() -> None:
     reason = group_prerequisites()
-    if (
-        reason
-        and "vllm" not in reason
-        and "ray" not in reason
-        and "openai" not in reason
-    ):
+    if reason and "vllm" not in reason and "ray" not in reason and "openai" not in reason:
         pytest.skip(reason)
 
 
@@ -95,7 +88,8 @@ def test_bad_values_are_refused_by_the_charts_schema_in_one_line() -> None:
 def test_a_missing_values_file_is_named() -> None:
     line = _one_line(_cli("up", "--prefix", PREFIX, "-f", "/nonexistent/values.yaml"))
     assert line == (
-        "multinode-llm local: values file /nonexistent/values.yaml does not exist: pass an existing file to -f"
+        "multinode-llm local: values file /nonexistent/values.yaml does not exist: "
+        "pass an existing file to -f"
     )
 
 

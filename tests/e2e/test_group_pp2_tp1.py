@@ -52,7 +52,7 @@ def test_kserve_v2_endpoints_answer(group: LocalGroup) -> None:
 
 
 def test_ray_shows_two_nodes_with_one_gpu_each(group: LocalGroup) -> None:
-    checks.check_ray(group, tensor=1)
+    group.check_ray(tensor=1)
 
 
 def test_a_killed_worker_restarts_the_group_without_a_manual_step(
@@ -62,9 +62,7 @@ def test_a_killed_worker_restarts_the_group_without_a_manual_step(
     worker_before = group.pod("worker")
     killed = group.kill("worker")
     started = time.monotonic()
-    unready = group.wait(
-        lambda: not group.pod("head")["ready"], 120, "the head to go unready"
-    )
+    unready = group.wait(lambda: not group.pod("head")["ready"], 120, "the head to go unready")
     group.wait(
         lambda: (
             bool(group.events("Unhealthy", head_before["name"], since=killed))
@@ -85,9 +83,7 @@ def test_a_killed_worker_restarts_the_group_without_a_manual_step(
     group.wait(lambda: serves_now(group), 120, "a completion to succeed")
     recovered = time.monotonic() - started
     assert group.pod("worker")["restarts"] > worker_before["restarts"]
-    assert (
-        group.pod("head")["restarts"] > head_before["restarts"]
-    )  # the group restarted as one
+    assert group.pod("head")["restarts"] > head_before["restarts"]  # the group restarted as one
     assert any(
         e["message"].startswith("Liveness probe failed")
         for e in group.events("Killing", head_before["name"])
@@ -95,7 +91,7 @@ def test_a_killed_worker_restarts_the_group_without_a_manual_step(
     record(SCENARIO, "killed worker -> head unready", unready)
     record(SCENARIO, "killed worker -> head liveness failed", unlive)
     record(SCENARIO, "killed worker -> serving again", recovered)
-    checks.check_ray(group, tensor=1)
+    group.check_ray(tensor=1)
 
 
 def test_a_killed_head_gets_its_workers_back(group: LocalGroup) -> None:
@@ -117,4 +113,4 @@ def test_a_killed_head_gets_its_workers_back(group: LocalGroup) -> None:
     recovered = time.monotonic() - started
     record(SCENARIO, "killed head -> worker left", left)
     record(SCENARIO, "killed head -> serving again", recovered)
-    checks.check_ray(group, tensor=1)  # the worker rejoined the new head
+    group.check_ray(tensor=1)  # the worker rejoined the new head

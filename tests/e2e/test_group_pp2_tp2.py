@@ -45,4 +45,4 @@ def test_kserve_v2_endpoints_answer(group: LocalGroup) -> None:
 
 
 def test_ray_shows_two_nodes_with_two_gpus_each(group: LocalGroup) -> None:
-    checks.check_ray(group, tensor=2)
+    group.check_ray(tensor=2)

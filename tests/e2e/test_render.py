@@ -44,22 +44,16 @@ def test_the_built_in_values_make_a_head_and_one_worker(chart: Path) -> None:
 def test_parallelism_travels_from_values_to_the_injected_environment(
     chart: Path, pipeline: int, tensor: int
 ) -> None:
-    reconciled = _render(
-        chart, f"parallelism.pipeline={pipeline}", f"parallelism.tensor={tensor}"
-    )
+    reconciled = _render(chart, f"parallelism.pipeline={pipeline}", f"parallelism.tensor={tensor}")
     head_env = reconciled.head.container["env"]
     assert env_value(head_env, "PIPELINE_PARALLEL_SIZE") == str(pipeline)
     assert env_value(head_env, "TENSOR_PARALLEL_SIZE") == str(tensor)
     assert env_value(head_env, "RAY_NODE_COUNT") == str(pipeline)
     assert reconciled.worker.replicas == pipeline - 1
-    assert reconciled.worker.container["resources"]["limits"]["nvidia.com/gpu"] == str(
-        tensor
-    )
+    assert reconciled.worker.container["resources"]["limits"]["nvidia.com/gpu"] == str(tensor)
 
 
-def test_the_pods_run_as_the_charts_user_on_a_read_only_root(
-    chart: Path, tmp_path: Path
-) -> None:
+def test_the_pods_run_as_the_charts_user_on_a_read_only_root(chart: Path, tmp_path: Path) -> None:
     reconciled = _render(chart)
     (tmp_path / "tiny-llama").mkdir()
     identity = PodIdentity(
@@ -73,9 +67,7 @@ def test_the_pods_run_as_the_charts_user_on_a_read_only_root(
         directory=tmp_path / "pod",
         gpus=1,
     )
-    container = plan_pod(
-        identity, reconciled.head.pod_spec, [], {"models": tmp_path}
-    ).containers[0]
+    container = plan_pod(identity, reconciled.head.pod_spec, [], {"models": tmp_path}).containers[0]
     assert (container.uid, container.gid) == (1000, 1000)
     assert container.read_only_root
     assert container.drop_capabilities

@@ -16,15 +16,10 @@ def test_the_head_fails_at_its_deadline_naming_the_missing_worker(
     tiny_model: Path,
 ) -> None:
     sets = [f"group.waitTimeoutSeconds={WAIT_S}"]
-    with local_group(
-        SCENARIO, tiny_model, sets=sets, node_gpus=1, wait_ready=False
-    ) as group:
+    with local_group(SCENARIO, tiny_model, sets=sets, node_gpus=1, wait_ready=False) as group:
         worker = group.pod("worker")
         assert worker["phase"] == "Pending"
-        assert (
-            worker["pending"]
-            == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
-        )
+        assert worker["pending"] == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
         started = time.monotonic()
         group.wait(
             lambda: group.pod("head")["containers"][0]["last_state"] is not None,

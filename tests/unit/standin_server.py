@@ -27,6 +27,4 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     print("stand-in started", os.getuid(), flush=True)
-    http.server.ThreadingHTTPServer(
-        ("0.0.0.0", int(sys.argv[1])), Handler
-    ).serve_forever()
+    http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Handler).serve_forever()

@@ -48,8 +48,7 @@ def test_kserve_injects_the_group_environment_into_head_and_worker(
     reconciled = kserve.reconcile(objects, generation=4)
     head, worker = _env(reconciled.head.container), _env(reconciled.worker.container)
     assert {
-        k: head[k]
-        for k in ("PIPELINE_PARALLEL_SIZE", "TENSOR_PARALLEL_SIZE", "RAY_NODE_COUNT")
+        k: head[k] for k in ("PIPELINE_PARALLEL_SIZE", "TENSOR_PARALLEL_SIZE", "RAY_NODE_COUNT")
     } == {
         "PIPELINE_PARALLEL_SIZE": "3",
         "TENSOR_PARALLEL_SIZE": "2",
@@ -95,9 +94,7 @@ def test_a_gpu_limit_without_a_request_makes_kserve_fall_back_to_one_gpu_per_nod
     """KServe reads GPU *requests* before the API server defaults them: TP x PP nodes of 1 GPU."""
     isvc = _isvc(objects)
     del isvc["spec"]["predictor"]["model"]["resources"]["requests"]["nvidia.com/gpu"]
-    del isvc["spec"]["predictor"]["workerSpec"]["containers"][0]["resources"][
-        "requests"
-    ]
+    del isvc["spec"]["predictor"]["workerSpec"]["containers"][0]["resources"]["requests"]
     reconciled = kserve.reconcile(objects)
     assert (reconciled.node_count, reconciled.head_gpus, reconciled.worker_gpus) == (
         6,
@@ -113,9 +110,7 @@ def test_the_claim_is_mounted_read_only_at_mnt_models_on_head_and_worker(
     reconciled = kserve.reconcile(objects)
     for workload in (reconciled.head, reconciled.worker):
         mount = next(
-            m
-            for m in workload.container["volumeMounts"]
-            if m["name"] == kserve.PVC_VOLUME
+            m for m in workload.container["volumeMounts"] if m["name"] == kserve.PVC_VOLUME
         )
         assert mount == {
             "name": "kserve-pvc-source",
@@ -123,9 +118,7 @@ def test_the_claim_is_mounted_read_only_at_mnt_models_on_head_and_worker(
             "readOnly": True,
             "subPath": "tiny-llama",
         }
-        volume = next(
-            v for v in workload.pod_spec["volumes"] if v["name"] == kserve.PVC_VOLUME
-        )
+        volume = next(v for v in workload.pod_spec["volumes"] if v["name"] == kserve.PVC_VOLUME)
         assert volume["persistentVolumeClaim"] == {"claimName": "models"}
 
 
@@ -178,9 +171,7 @@ def _break(objects: list, change: str) -> None:
     elif change == "hpa":
         isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] = "hpa"
     elif change == "serverless":
-        isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] = (
-            "Serverless"
-        )
+        isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] = "Serverless"
     elif change == "PP 0":
         predictor["workerSpec"]["pipelineParallelSize"] = 0
 
@@ -203,13 +194,9 @@ def _break(objects: list, change: str) -> None:
         ("PP 0", "WorkerSpec.PipelineParallelSize cannot be less than 1(0)"),
     ],
 )
-def test_admission_refuses_what_kserve_refuses(
-    objects: list, change: str, message: str
-) -> None:
+def test_admission_refuses_what_kserve_refuses(objects: list, change: str, message: str) -> None:
     _break(objects, change)
-    with pytest.raises(
-        UserError, match="the InferenceService 'demo' is invalid"
-    ) as error:
+    with pytest.raises(UserError, match="the InferenceService 'demo' is invalid") as error:
         kserve.reconcile(objects)
     assert message in str(error.value)
 
@@ -218,9 +205,7 @@ def test_a_custom_gpu_type_declared_in_the_annotation_is_admitted(
     objects: list,
 ) -> None:
     isvc = _isvc(objects)
-    isvc["metadata"]["annotations"]["serving.kserve.io/gpu-resource-types"] = (
-        '["example.com/tpu"]'
-    )
+    isvc["metadata"]["annotations"]["serving.kserve.io/gpu-resource-types"] = '["example.com/tpu"]'
     isvc["spec"]["predictor"]["model"]["resources"]["limits"]["example.com/tpu"] = "1"
     assert kserve.reconcile(objects).node_count == 3
 
@@ -256,9 +241,7 @@ def test_strategic_merge_merges_lists_by_key_and_replaces_the_others() -> None:
 
 def test_env_value_from_in_the_isvc_replaces_a_runtime_value() -> None:
     runtime = {"name": "kserve-container", "env": [{"name": "A", "value": "1"}]}
-    isvc = {
-        "env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    }
+    isvc = {"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}
     merged = kserve.merge_containers(runtime, isvc)
     assert merged["env"] == [
         {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
@@ -273,7 +256,5 @@ def test_quantities_parse_as_kubernetes_writes_them(text: str, value: float) -> 
 
 
 def test_a_bad_quantity_is_named() -> None:
-    with pytest.raises(
-        UserError, match="sizeLimit='lots' is not a Kubernetes quantity"
-    ):
+    with pytest.raises(UserError, match="sizeLimit='lots' is not a Kubernetes quantity"):
         quantity("lots", "sizeLimit")

@@ -22,9 +22,7 @@ from multinode_llm.local.pods import ContainerPlan, PodIdentity, Probe, plan_pod
 from multinode_llm.local.state import ClusterPlan, ClusterState, Forward, process_alive
 
 STANDIN = Path(__file__).with_name("standin_server.py")
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="network namespaces need root"
-)
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
 
 def test_backoff_restarts_at_once_then_doubles_up_to_five_minutes() -> None:
@@ -93,14 +91,13 @@ def _plan() -> ContainerPlan:
 @pytest.mark.parametrize(
     ("code", "ok"), [(200, True), (302, True), (399, True), (400, False), (503, False)]
 )
-def test_http_probe_succeeds_on_2xx_and_3xx_only(
-    status_server: int, code: int, ok: bool
-) -> None:
+def test_http_probe_succeeds_on_2xx_and_3xx_only(status_server: int, code: int, ok: bool) -> None:
     probe = Probe(kind="http", port=status_server, path=f"/{code}", timeout=2)
     result, message = asyncio.run(check(probe, "127.0.0.1", None, _plan()))
     assert result is ok
     if not ok:
-        assert f"statuscode: {code}" in message and "reason" in message
+        assert f"statuscode: {code}" in message
+        assert "reason" in message
 
 
 def test_tcp_probe_fails_on_a_closed_port() -> None:
@@ -146,8 +143,7 @@ def _standin_pod(
         "containers": [
             {
                 "name": "standin",
-                "command": command
-                or [sys.executable, "/mnt/code/standin_server.py", "8081"],
+                "command": command or [sys.executable, "/mnt/code/standin_server.py", "8081"],
                 "env": [
                     {"name": "STANDIN_UNHEALTHY", "value": "/mnt/flags/unhealthy"},
                     {
@@ -200,9 +196,7 @@ def _standin_pod(
         namespace="default",
         isvc="t",
         pods=[pod],
-        forward=Forward(
-            host="127.0.0.1", port=0, service="t", role="head", target_port=8081
-        ),
+        forward=Forward(host="127.0.0.1", port=0, service="t", role="head", target_port=8081),
     )
     return plan
 
@@ -263,13 +257,9 @@ def test_failing_liveness_kills_the_whole_container_and_restarts_it(
     assert killing["message"].startswith(
         "Liveness probe failed: HTTP probe failed with statuscode: 503"
     )
-    assert not any(
-        process_alive(pid) for pid in first_pids
-    )  # the old container is gone, all of it
+    assert not any(process_alive(pid) for pid in first_pids)  # the old container is gone, all of it
     first_log = Path(plan.pods[0].directory) / "standin-0.log"
-    assert (
-        "stand-in started 1000" in first_log.read_text()
-    )  # ran as the pod's runAsUser
+    assert "stand-in started 1000" in first_log.read_text()  # ran as the pod's runAsUser
 
 
 @needs_root
@@ -277,9 +267,7 @@ def test_a_crashing_container_backs_off_before_its_second_restart(
     cluster: tuple[Network, ClusterState], tmp_path: Path
 ) -> None:
     network, state = cluster
-    plan = _standin_pod(
-        network, state, tmp_path, command=["sh", "-c", "echo crashing; exit 3"]
-    )
+    plan = _standin_pod(network, state, tmp_path, command=["sh", "-c", "echo crashing; exit 3"])
 
     async def scenario(kubelet: Kubelet) -> None:
         runner = kubelet.runners["standin-0"][0]
@@ -303,7 +291,8 @@ def test_the_container_sees_its_pod_not_the_host(
     network, state = cluster
     script = (
         "hostname; id -u; echo $POD_IP; touch /mnt/scratch/ok && echo scratch-writable; "
-        "touch /usr/x 2>/dev/null || echo root-read-only; ls /dev/shm | wc -l; ps -e --no-headers | wc -l; "
+        "touch /usr/x 2>/dev/null || echo root-read-only; ls /dev/shm | wc -l; "
+        "ps -e --no-headers | wc -l; "
         "sleep 30"
     )
     plan = _standin_pod(network, state, tmp_path, command=["sh", "-c", script])
@@ -327,6 +316,4 @@ def test_the_container_sees_its_pod_not_the_host(
         "0",
         lines[6],
     ]
-    assert (
-        int(lines[6]) <= 5
-    )  # its own PID namespace: init, sh, ps, wc (not the host's processes)
+    assert int(lines[6]) <= 5  # its own PID namespace: init, sh, ps, wc (not the host's processes)

@@ -93,9 +93,7 @@ def test_env_follows_kubernetes_order_downward_api_and_expansion(
             },
             {
                 "name": "CPUS",
-                "valueFrom": {
-                    "resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}
-                },
+                "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
             },
         ],
         resources={"limits": {"memory": "2Gi"}},
@@ -162,9 +160,7 @@ def test_the_container_runs_as_the_security_context_user(tmp_path: Path) -> None
     assert container.no_new_privs
     assert container.drop_capabilities
     assert container.read_only_root
-    assert (
-        container.env["HOME"] == "/"
-    )  # an image that knows only root gives other users "/"
+    assert container.env["HOME"] == "/"  # an image that knows only root gives other users "/"
 
 
 def test_run_as_non_root_refuses_root(tmp_path: Path) -> None:
@@ -200,9 +196,7 @@ def test_volumes_become_tmpfs_and_bind_mounts(tmp_path: Path) -> None:
             ]
         ),
     }
-    mounts = (
-        plan_pod(_identity(tmp_path), spec, [], {"models": claim}).containers[0].mounts
-    )
+    mounts = plan_pod(_identity(tmp_path), spec, [], {"models": claim}).containers[0].mounts
     assert mounts == [
         Mount(
             target="/tmp",
@@ -240,13 +234,9 @@ def test_a_claim_without_a_local_directory_says_how_to_give_one(tmp_path: Path) 
 def test_a_missing_model_path_on_the_claim_is_named(tmp_path: Path) -> None:
     spec = {
         "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
-        **_pod_spec(
-            volumeMounts=[
-                {"name": "m", "mountPath": "/mnt/models", "subPath": "absent"}
-            ]
-        ),
+        **_pod_spec(volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "absent"}]),
     }
-    with pytest.raises(UserError, match="absent.*does not exist.*make-model"):
+    with pytest.raises(UserError, match=r"absent.*does not exist.*make-model"):
         plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path})
 
 
@@ -314,9 +304,7 @@ def test_headless_service_names_resolve_to_their_scheduled_pods() -> None:
     assert names["demo-head-1.default.svc.cluster.local"] == ["10.0.0.2"]
     assert names["demo-head-1"] == ["10.0.0.2"]
     assert names["demo-workers-1.default.svc"] == ["10.0.0.3", "10.0.0.4"]
-    assert not any(
-        name.startswith("demo-predictor") for name in names
-    )  # ClusterIP: not in hosts
+    assert not any(name.startswith("demo-predictor") for name in names)  # ClusterIP: not in hosts
 
 
 def test_the_cluster_plan_survives_a_round_trip_through_its_state_file(
@@ -351,9 +339,7 @@ def test_the_cluster_plan_survives_a_round_trip_through_its_state_file(
 def test_a_dead_or_zombie_process_is_not_alive() -> None:
     child = subprocess.Popen(["true"])
     deadline_polls = 0
-    while (
-        process_alive(child.pid) and deadline_polls < 200
-    ):  # exits at once; a zombie until reaped
+    while process_alive(child.pid) and deadline_polls < 200:  # exits at once; a zombie until reaped
         deadline_polls += 1
         os.sched_yield()
         subprocess.run(["sleep", "0.01"], check=True)
@@ -382,9 +368,7 @@ def test_a_claim_the_pods_user_cannot_read_is_refused_with_the_fix(
     spec = {
         "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
         "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
-        **_pod_spec(
-            volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "tiny"}]
-        ),
+        **_pod_spec(volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "tiny"}]),
     }
     with pytest.raises(
         UserError,
@@ -393,8 +377,6 @@ def test_a_claim_the_pods_user_cannot_read_is_refused_with_the_fix(
         plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"})
     weights.chmod(0o644)
     assert (
-        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"})
-        .containers[0]
-        .uid
+        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"}).containers[0].uid
         == 1000
     )
