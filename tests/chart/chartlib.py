@@ -1,0 +1,138 @@
+"""Render the chart with the real helm binaries from .tools/bin and read what comes out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "multinode-llm"
+EXAMPLES = CHART / "examples"
+CI_VALUES = CHART / "ci"
+SCHEMAS = ROOT / "schemas"
+TOOLS = Path(os.environ.get("TOOLS_DIR", ROOT / ".tools")) / "bin"
+
+HELM_MAJORS = ("helm3", "helm4")
+# The chart's kubeVersion floor and the newest Kubernetes kubernetes-validate knows.
+KUBE_LOWEST, KUBE_HIGHEST = "1.25.0", "1.37.0"
+# Golden renders: `helm4 template llm charts/multinode-llm -n serving --kube-version 1.37.0 -f ...`
+# (hack/render-examples.sh runs the same command).
+RELEASE, NAMESPACE = "llm", "serving"
+KSERVE_KINDS = (
+    "InferenceService",
+    "ServingRuntime",
+    "ClusterServingRuntime",
+    "ClusterStorageContainer",
+)
+
+
+@dataclass(frozen=True)
+class Render:
+    """One helm run: its exit code and output."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def documents(self) -> list[dict[str, Any]]:
+        assert self.returncode == 0, f"{' '.join(self.args)} failed:\n{self.stderr}"
+        return [d for d in yaml.safe_load_all(self.stdout) if d]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in self.documents() if d["kind"] == kind]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        [doc] = self.of_kind(kind)
+        return doc
+
+
+def helm(major: str) -> Path:
+    return TOOLS / major
+
+
+def run_helm(major: str, *args: str) -> Render:
+    cmd = (str(helm(major)), *args)
+    # No kubeconfig: nothing here may reach a cluster.
+    env = {**os.environ, "KUBECONFIG": "/nonexistent"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+    return Render(cmd, proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_with_values(
+    major: str, args: list[str], values_files: list[Path] | None, values: dict[str, Any] | None
+) -> Render:
+    """Runs helm with -f for each file, then the inline values as one more file (JSON is YAML)."""
+    with tempfile.TemporaryDirectory(prefix="mnllm-chart-") as tmp:
+        files = list(values_files or [])
+        if values is not None:
+            inline = Path(tmp) / "values.json"
+            inline.write_text(json.dumps(values))
+            files.append(inline)
+        return run_helm(major, *args, *(arg for f in files for arg in ("-f", str(f))))
+
+
+def template(
+    major: str,
+    values_files: list[Path] | None = None,
+    values: dict[str, Any] | None = None,
+    *,
+    kube_version: str = KUBE_HIGHEST,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> Render:
+    args = [
+        "template",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--kube-version",
+        kube_version,
+    ]
+    return run_with_values(major, args, values_files, values)
+
+
+def install_dry_run(
+    major: str,
+    values_files: list[Path] | None = None,
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = RELEASE,
+) -> Render:
+    """`helm install --dry-run=client`: Helm 4 renders without a cluster; Helm 3 needs one."""
+    args = ["install", release, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    return run_with_values(major, args, values_files, values)
+
+
+def scenarios() -> dict[str, Path]:
+    """Every values file the chart ships: examples/values-<name>.yaml and ci/<name>-values.yaml."""
+    found = {
+        p.name[len("values-") : -len(".yaml")]: p for p in sorted(EXAMPLES.glob("values-*.yaml"))
+    }
+    found |= {
+        f"ci-{p.name[: -len('-values.yaml')]}": p for p in sorted(CI_VALUES.glob("*-values.yaml"))
+    }
+    return found
+
+
+def load_values_file(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,100 @@
+"""Every value is documented where it is set, the schema describes every property, and README.md's
+values table is what hack/values-table.py generates from values.yaml."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from types import ModuleType
+from typing import Any
+
+import yaml
+from chartlib import CHART, ROOT
+
+
+def values_table() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("values_table", ROOT / "hack" / "values-table.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def leaf_paths(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, dict) and node:
+        return [p for key, value in node.items() for p in leaf_paths(value, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")]
+
+
+def test_every_value_is_documented_by_a_dash_dash_comment_on_itself_or_a_parent() -> None:
+    text = (CHART / "values.yaml").read_text()
+    documented = {key for key, _ in values_table().documented_keys(text.splitlines())}
+    undocumented = [
+        path
+        for path in leaf_paths(yaml.safe_load(text))
+        if not any(path == d or path.startswith(d + ".") for d in documented)
+    ]
+    assert undocumented == []
+
+
+def test_the_schema_describes_every_property() -> None:
+    missing: list[str] = []
+
+    def walk(schema: dict[str, Any], where: str) -> None:
+        for name, prop in schema.get("properties", {}).items():
+            if not prop.get("description"):
+                missing.append(f"{where}.{name}")
+            walk(prop, f"{where}.{name}")
+        for name, definition in schema.get("definitions", {}).items():
+            walk(definition, f"definitions.{name}")
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    walk(schema, "")
+    assert schema["additionalProperties"] is False
+    assert missing == []
+
+
+def test_the_readme_values_table_has_not_drifted() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "values-table.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_values_table_lists_the_fixed_values_api() -> None:
+    keys = {row.key for row in values_table().rows()}
+    fixed = {
+        "model.uri",
+        "model.name",
+        "model.hfTokenSecret.name",
+        "model.hfTokenSecret.key",
+        "model.storage.size",
+        "model.storage.storageClassName",
+        "model.storage.accessModes",
+        "model.storage.existingClaim",
+        "parallelism.tensor",
+        "parallelism.pipeline",
+        "gpu.resourceName",
+        "gpu.customResourceTypes",
+        "kserve.version",
+        "kserve.deploymentMode",
+        "inferenceService.minReplicas",
+        "inferenceService.maxReplicas",
+        "head.env",
+        "head.resources",
+        "worker.env",
+        "worker.resources",
+        "strategy.type",
+        "shm.sizeLimit",
+        "ray.port",
+        "vllm.args",
+    }
+    assert fixed <= keys, fixed - keys

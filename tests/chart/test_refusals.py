@@ -1,0 +1,263 @@
+"""The refusal table: every bad setting fails `helm template` (Helm 3 and 4) and
+`helm install --dry-run=client` (Helm 4; Helm 3's install contacts the API server before it renders)
+with a message that names the value and says what to do.
+
+Rules JSON Schema can say live in values.schema.json (Helm prints the path and the constraint);
+cross-field rules live in the chart's "multinode-llm.validate" helper (one line per value to fix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from chartlib import RELEASE, deep_merge, install_dry_run, template
+
+GOOD: dict[str, Any] = {
+    "model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"},
+    "parallelism": {"tensor": 2, "pipeline": 2},
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    values: dict[str, Any]
+    names: str  # the value the message must name (dotted; Helm 4's schema errors write /a/b)
+    says: str = ""  # advice the message must carry (helper refusals)
+    schema: bool = False  # refused by values.schema.json rather than the helper
+    release: str = RELEASE
+    replace: bool = False  # values replace GOOD instead of merging into it
+
+
+def schema(values: dict[str, Any], names: str) -> Refusal:
+    return Refusal(values, names, schema=True)
+
+
+TABLE: dict[str, Refusal] = {
+    # parallelism
+    "pipeline below 2": schema({"parallelism": {"pipeline": 1}}, "parallelism.pipeline"),
+    "tensor below 1": schema({"parallelism": {"tensor": 0}}, "parallelism.tensor"),
+    "fractional tensor": schema({"parallelism": {"tensor": 1.5}}, "parallelism.tensor"),
+    "pipeline as a string": schema({"parallelism": {"pipeline": "2"}}, "parallelism.pipeline"),
+    "shm size not a quantity": schema({"shm": {"sizeLimit": "lots"}}, "shm.sizeLimit"),
+    "volume size not a quantity": schema(
+        {"model": {"storage": {"size": "1.5 TB"}}}, "model.storage.size"
+    ),
+    # GPUs
+    "unknown gpu type": Refusal(
+        {"gpu": {"resourceName": "example.com/gpu"}},
+        "gpu.resourceName",
+        "add it to gpu.customResourceTypes",
+    ),
+    "custom gpu type with tensor 2": Refusal(
+        {
+            "gpu": {
+                "resourceName": "nvidia.com/mig-1g.10gb",
+                "customResourceTypes": ["nvidia.com/mig-1g.10gb"],
+            }
+        },
+        "gpu.resourceName",
+        "use parallelism.tensor=1 with a custom GPU type",
+    ),
+    "gpus in head resources": Refusal(
+        {"head": {"resources": {"limits": {"nvidia.com/gpu": 1}}}},
+        "head.resources.limits.nvidia.com/gpu",
+        "the chart sets GPUs from parallelism.tensor",
+    ),
+    "undeclared extended resource": Refusal(
+        {"worker": {"resources": {"requests": {"rdma/ib": 1}}}},
+        "worker.resources.requests.rdma/ib",
+        "list rdma/ib in gpu.customResourceTypes",
+    ),
+    # env and vLLM arguments
+    "TENSOR_PARALLEL_SIZE in head env": Refusal(
+        {"head": {"env": [{"name": "TENSOR_PARALLEL_SIZE", "value": "2"}]}},
+        "head.env[0]",
+        "set parallelism.tensor instead",
+    ),
+    "PIPELINE_PARALLEL_SIZE in worker env": Refusal(
+        {
+            "worker": {
+                "env": [
+                    {"name": "X", "value": "1"},
+                    {"name": "PIPELINE_PARALLEL_SIZE", "value": "2"},
+                ]
+            }
+        },
+        "worker.env[1]",
+        "set parallelism.pipeline instead",
+    ),
+    "RAY_PORT in worker env": Refusal(
+        {"worker": {"env": [{"name": "RAY_PORT", "value": "1"}]}},
+        "worker.env[0]",
+        "set ray.port instead",
+    ),
+    "PYTHONPATH in head env": Refusal(
+        {"head": {"env": [{"name": "PYTHONPATH", "value": "/x"}]}},
+        "head.env[0]",
+        "KServe refuses it",
+    ),
+    "pipeline size in vllm args": Refusal(
+        {"vllm": {"args": ["--pipeline-parallel-size", "4"]}},
+        "vllm.args[0]",
+        "set parallelism.pipeline",
+    ),
+    "tensor size in vllm args": Refusal(
+        {"vllm": {"args": ["--max-model-len=4096", "--tensor-parallel-size=4"]}},
+        "vllm.args[1]",
+        "set parallelism.tensor",
+    ),
+    # storage
+    "missing model uri": Refusal(
+        {"parallelism": {"tensor": 1, "pipeline": 2}},
+        "model.uri",
+        "model.uri is required",
+        replace=True,
+    ),
+    "hf uri without a name": Refusal(
+        {"model": {"uri": "hf://Qwen"}}, "model.uri", "use hf://ORG/NAME"
+    ),
+    "hf uri with three parts": Refusal(
+        {"model": {"uri": "hf://Qwen/Qwen2.5/extra"}}, "model.uri", "use hf://ORG/NAME"
+    ),
+    "hf revision with a slash": Refusal(
+        {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct:refs/pr/1"}},
+        "model.uri",
+        "the revision may not contain '/'",
+    ),
+    "s3 uri": Refusal(
+        {"model": {"uri": "s3://bucket/llama"}},
+        "model.uri",
+        "use hf://ORG/NAME (the chart stages it",
+    ),
+    "oci uri on kserve 0.15": Refusal(
+        {"model": {"uri": "oci://r.example.com/m:1"}, "kserve": {"version": "0.15"}},
+        "model.uri",
+        "admits only pvc:// storage for multi-node (oci:// from 0.16)",
+    ),
+    "malformed pvc uri": Refusal(
+        {"model": {"uri": "pvc://Models_Claim/llama"}}, "model.uri", "use pvc://CLAIM/PATH"
+    ),
+    "volume without ReadWriteMany": Refusal(
+        {"model": {"storage": {"accessModes": ["ReadWriteOnce"]}}},
+        "model.storage.accessModes",
+        "add ReadWriteMany",
+    ),
+    "existing claim with a pvc uri": Refusal(
+        {"model": {"uri": "pvc://models/llama", "storage": {"existingClaim": "models"}}},
+        "model.storage.existingClaim",
+        "set model.uri=pvc://models/PATH",
+    ),
+    "model cache not yet available": Refusal(
+        {"modelCache": {"enabled": True}}, "modelCache.enabled", "set modelCache.endpoint"
+    ),
+    # replicas, modes, autoscaler, version
+    "two heads": schema({"inferenceService": {"minReplicas": 2}}, "inferenceService.minReplicas"),
+    "max replicas 3": schema(
+        {"inferenceService": {"maxReplicas": 3}}, "inferenceService.maxReplicas"
+    ),
+    "serverless mode": schema(
+        {"kserve": {"deploymentMode": "Serverless"}}, "kserve.deploymentMode"
+    ),
+    "knative mode": schema({"kserve": {"deploymentMode": "Knative"}}, "kserve.deploymentMode"),
+    "Standard mode before 0.16": Refusal(
+        {"kserve": {"version": "0.15.2", "deploymentMode": "Standard"}},
+        "kserve.deploymentMode",
+        "set kserve.deploymentMode=RawDeployment",
+    ),
+    "hpa autoscaler": Refusal(
+        {"inferenceService": {"autoscalerClass": "hpa"}},
+        "inferenceService.autoscalerClass",
+        'only with autoscaler class "none"',
+    ),
+    "external autoscaler on 0.18": Refusal(
+        {"kserve": {"version": "0.18"}, "inferenceService": {"autoscalerClass": "external"}},
+        "inferenceService.autoscalerClass",
+        'only with autoscaler class "none"',
+    ),
+    "none autoscaler on 0.15.0": Refusal(
+        {"kserve": {"version": "0.15.0"}, "inferenceService": {"autoscalerClass": "none"}},
+        "inferenceService.autoscalerClass",
+        'only with autoscaler class "external"',
+    ),
+    "unknown autoscaler": schema(
+        {"inferenceService": {"autoscalerClass": "fast"}}, "inferenceService.autoscalerClass"
+    ),
+    "kserve 0.14": Refusal(
+        {"kserve": {"version": "0.14"}}, "kserve.version", "upgrade KServe to 0.15 or later"
+    ),
+    "kserve version not a version": schema({"kserve": {"version": "latest"}}, "kserve.version"),
+    # typos and names
+    "unknown top-level key": schema({"modle": {"uri": "hf://a/b"}}, "modle"),
+    "typo inside parallelism": schema({"parallelism": {"tensors": 2}}, "tensors"),
+    "typo inside a probe": schema(
+        {"head": {"probes": {"startup": {"failureTreshold": 9}}}}, "failureTreshold"
+    ),
+    "unknown strategy": schema({"strategy": {"type": "BlueGreen"}}, "strategy.type"),
+    "release name too long": Refusal(
+        {},
+        "InferenceService name",
+        "use a shorter release name or set fullnameOverride",
+        release="a-release-name-that-is-much-too-long-for-kserve",
+    ),
+    "group wait beyond the startup budget": Refusal(
+        {"group": {"waitTimeoutSeconds": 3600}},
+        "group.waitTimeoutSeconds",
+        "lower group.waitTimeoutSeconds",
+    ),
+}
+
+
+def values_of(refusal: Refusal) -> dict[str, Any]:
+    return refusal.values if refusal.replace else deep_merge(GOOD, refusal.values)
+
+
+def named(message: str, path: str) -> bool:
+    """True when the message names the value: dotted (helpers, Helm 3) or /slashed (Helm 4
+    schema errors)."""
+    return path in message or "/" + path.replace(".", "/") in message
+
+
+def check(refusal: Refusal, returncode: int, stderr: str) -> None:
+    assert returncode != 0, "rendered although it should have been refused"
+    assert named(stderr, refusal.names), stderr
+    if refusal.schema:
+        assert "values don't meet the specifications of the schema" in stderr, stderr
+    else:
+        assert "value(s) to fix" in stderr, stderr
+        assert refusal.says in stderr, stderr
+
+
+def test_the_good_values_render(major: str) -> None:
+    assert template(major, values=GOOD).returncode == 0
+
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_helm_template_refuses(major: str, case: str) -> None:
+    refusal = TABLE[case]
+    render = template(major, values=values_of(refusal), release=refusal.release)
+    check(refusal, render.returncode, render.stderr)
+
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_helm_install_dry_run_refuses(helm4: str, case: str) -> None:
+    refusal = TABLE[case]
+    result = install_dry_run(helm4, values=values_of(refusal), release=refusal.release)
+    check(refusal, result.returncode, result.stderr)
+
+
+def test_helm_install_dry_run_accepts_the_good_values(helm4: str) -> None:
+    result = install_dry_run(helm4, values=GOOD)
+    assert result.returncode == 0, result.stderr
+    assert "kind: InferenceService" in result.stdout
+
+
+def test_every_value_to_fix_is_reported_at_once(major: str) -> None:
+    bad = {
+        "model": {"uri": "hf://Qwen"},
+        "gpu": {"resourceName": "example.com/gpu"},
+        "head": {"env": [{"name": "TENSOR_PARALLEL_SIZE", "value": "1"}]},
+    }
+    render = template(major, values=deep_merge(GOOD, bad))
+    assert "3 value(s) to fix" in render.stderr, render.stderr

@@ -1,0 +1,231 @@
+"""The scenario matrix: every shipped values file rendered under Helm 3 and Helm 4."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chartlib import deep_merge, helm, install_dry_run, load_values_file, scenarios, template
+
+SCENARIOS = scenarios()
+STANDARD_GPUS = {"nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi"}
+
+
+def chart_values(path: Path) -> dict[str, Any]:
+    """The values a scenario sets over the chart defaults that these assertions read."""
+    given = load_values_file(path)
+    return {
+        "tensor": given.get("parallelism", {}).get("tensor", 1),
+        "pipeline": given.get("parallelism", {}).get("pipeline", 2),
+        "gpu": given.get("gpu", {}).get("resourceName", "nvidia.com/gpu"),
+        "uri": given["model"]["uri"],
+        "version": str(given.get("kserve", {}).get("version", "0.20")),
+        "scope": given.get("runtime", {}).get("scope", "Cluster"),
+    }
+
+
+@pytest.fixture(params=sorted(SCENARIOS))
+def scenario(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    return request.param, SCENARIOS[request.param]
+
+
+def test_the_scenario_matrix_is_not_empty() -> None:
+    assert len(SCENARIOS) >= 5, SCENARIOS
+
+
+def test_head_and_every_worker_request_and_limit_exactly_tensor_gpus(
+    major: str, scenario: tuple[str, Path]
+) -> None:
+    _, path = scenario
+    want = chart_values(path)
+    isvc = template(major, [path]).one("InferenceService")
+    predictor = isvc["spec"]["predictor"]
+    [worker] = predictor["workerSpec"]["containers"]
+    for resources in (predictor["model"]["resources"], worker["resources"]):
+        assert resources["requests"][want["gpu"]] == want["tensor"]
+        assert resources["limits"][want["gpu"]] == want["tensor"]
+        gpu_keys = {k for part in resources.values() for k in part if k in STANDARD_GPUS}
+        assert gpu_keys <= {want["gpu"]}, "two GPU types on one container"
+    assert predictor["workerSpec"]["pipelineParallelSize"] == want["pipeline"]
+    assert predictor["workerSpec"]["tensorParallelSize"] == want["tensor"]
+
+
+def test_the_isvc_is_one_head_in_raw_mode_with_the_autoscaler_class_of_its_kserve(
+    major: str, scenario: tuple[str, Path]
+) -> None:
+    _, path = scenario
+    want = chart_values(path)
+    isvc = template(major, [path]).one("InferenceService")
+    annotations = isvc["metadata"]["annotations"]
+    assert annotations["serving.kserve.io/deploymentMode"] in {"RawDeployment", "Standard"}
+    expected_class = "external" if want["version"] == "0.15.0" else "none"
+    assert annotations["serving.kserve.io/autoscalerClass"] == expected_class
+    predictor = isvc["spec"]["predictor"]
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 1)
+    assert predictor["model"]["storageUri"].split("://")[0] in {"pvc", "oci"}
+
+
+def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
+    major: str, scenario: tuple[str, Path]
+) -> None:
+    _, path = scenario
+    want = chart_values(path)
+    render = template(major, [path])
+    kind = "ClusterServingRuntime" if want["scope"] == "Cluster" else "ServingRuntime"
+    runtime = render.one(kind)
+    [head] = runtime["spec"]["containers"]
+    [worker] = runtime["spec"]["workerSpec"]["containers"]
+    assert (head["name"], head["command"], head["args"]) == (
+        "kserve-container",
+        ["multinode-llm"],
+        ["head"],
+    )
+    assert (worker["name"], worker["command"], worker["args"]) == (
+        "worker-container",
+        ["multinode-llm"],
+        ["worker"],
+    )
+    for container in (head, worker):
+        assert container["image"].startswith("ghcr.io/multinode-llm/multinode-llm")
+        assert {
+            p: container[f"{p}Probe"]["httpGet"] for p in ("startup", "readiness", "liveness")
+        } == {
+            "startup": {"path": "/startup", "port": 8081},
+            "readiness": {"path": "/ready", "port": 8081},
+            "liveness": {"path": "/live", "port": 8081},
+        }
+        names = [e["name"] for e in container["env"]]
+        assert {"POD_IP", "POD_NAME", "POD_NAMESPACE", "RAY_PORT", "GROUP_WAIT_TIMEOUT"} <= set(
+            names
+        )
+        assert len(names) == len(set(names)), f"duplicate env in {container['name']}: {names}"
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    shm = next(v for v in runtime["spec"]["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    args = render.one("InferenceService")["spec"]["predictor"]["model"]["args"]
+    assert args[0] == "--served-model-name"
+    assert (
+        render.one("InferenceService")["spec"]["predictor"]["model"]["runtime"]
+        == runtime["metadata"]["name"]
+    )
+
+
+def test_hf_models_are_staged_before_the_isvc_for_helm_and_argo_cd(major: str) -> None:
+    render = template(major, [SCENARIOS["hf-tp2-pp2"]])
+    claim, job = render.one("PersistentVolumeClaim"), render.one("Job")
+    isvc = render.one("InferenceService")
+    assert "ReadWriteMany" in claim["spec"]["accessModes"]
+    assert isvc["spec"]["predictor"]["model"]["storageUri"] == (
+        f"pvc://{claim['metadata']['name']}/models/Qwen/Qwen2.5-0.5B-Instruct/main"
+    )
+    claim_ann, job_ann = claim["metadata"]["annotations"], job["metadata"]["annotations"]
+    # Helm: the claim (-10), then the Job (-5), both hooks before any release object.
+    assert claim_ann["helm.sh/hook"] == "pre-install"
+    assert job_ann["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert int(claim_ann["helm.sh/hook-weight"]) < int(job_ann["helm.sh/hook-weight"])
+    # Argo CD: both PreSync hooks (before the Sync phase that holds the ISVC); the claim is never
+    # deleted by a sync.
+    assert claim_ann["argocd.argoproj.io/hook"] == job_ann["argocd.argoproj.io/hook"] == "PreSync"
+    assert claim_ann["argocd.argoproj.io/hook-delete-policy"] == "HookFailed"
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [
+        "hf://Qwen/Qwen2.5-0.5B-Instruct",
+        "/mnt/models/models/Qwen/Qwen2.5-0.5B-Instruct/main",
+    ]
+    assert "HF_ENDPOINT" not in {e["name"] for e in container["env"]}
+
+
+def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major: str) -> None:
+    render = template(major, [SCENARIOS["hf-gated-cache"]])
+    assert render.of_kind("PersistentVolumeClaim") == [], "an existing claim must not be created"
+    [container] = render.one("Job")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_ENDPOINT"] == "http://hub-cache.model-cache.svc.cluster.local:8090"
+    assert env["HF_HUB_DISABLE_XET"] == "1"
+    # The token comes from the Secret as a file, never as an env value.
+    assert "HF_TOKEN" not in env
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "hf-token")
+    assert env["HF_TOKEN_PATH"] == mount["mountPath"] + "/token"
+    volumes = {v["name"]: v for v in render.one("Job")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hf-token"]["secret"]["secretName"] == "hf-token"
+    assert volumes["hf-token"]["secret"]["items"] == [{"key": "token", "path": "token"}]
+    assert "be673f326cab4cd22ccfef76109faf68e41aa5f1" in container["args"][1]
+
+
+def test_custom_gpu_types_are_declared_on_both_runtime_and_isvc(major: str) -> None:
+    render = template(major, [SCENARIOS["custom-gpu"]])
+    want = '["nvidia.com/mig-3g.40gb","rdma/rdma_shared_device_a"]'
+    runtime = render.one("ClusterServingRuntime")
+    assert runtime["spec"]["annotations"]["serving.kserve.io/gpu-resource-types"] == want
+    assert (
+        render.one("InferenceService")["metadata"]["annotations"][
+            "serving.kserve.io/gpu-resource-types"
+        ]
+        == want
+    )
+
+
+def test_the_network_policy_opens_the_group_to_itself_and_http_to_clients(major: str) -> None:
+    policies = template(major, [SCENARIOS["pvc-namespaced"]]).of_kind("NetworkPolicy")
+    policy = next(p for p in policies if p["metadata"]["name"] == "llm-multinode-llm")
+    no_ingress = next(
+        p for p in policies if p["metadata"]["name"] == "llm-multinode-llm-no-ingress"
+    )
+    assert "ingress" not in no_ingress["spec"]
+    assert no_ingress["spec"]["policyTypes"] == ["Ingress"]
+    group = {"serving.kserve.io/inferenceservice": "llm-multinode-llm"}
+    assert policy["spec"]["podSelector"]["matchLabels"] == group
+    within, clients = policy["spec"]["ingress"]
+    assert within == {"from": [{"podSelector": {"matchLabels": group}}]}
+    assert {p["port"] for p in clients["ports"]} == {8080, 8081}
+    assert clients["from"][0] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}
+    }
+    assert clients["from"][1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "test"
+
+
+def test_helm_3_and_helm_4_render_the_same_objects(scenario: tuple[str, Path]) -> None:
+    _, path = scenario
+    for major in ("helm3", "helm4"):
+        if not helm(major).exists():
+            pytest.skip(f"{major} missing: run `bash hack/install-tools.sh`")
+    assert template("helm3", [path]).documents() == template("helm4", [path]).documents()
+
+
+def test_rendering_twice_gives_identical_bytes(major: str, scenario: tuple[str, Path]) -> None:
+    _, path = scenario
+    first, second = template(major, [path]), template(major, [path])
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+
+
+def test_the_done_command_renders_two_gpus_on_the_head_and_the_one_worker(major: str) -> None:
+    render = template(
+        major,
+        values={
+            "model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"},
+            "parallelism": {"tensor": 2, "pipeline": 2},
+        },
+        release="x",
+        namespace="default",
+    )
+    predictor = render.one("InferenceService")["spec"]["predictor"]
+    assert predictor["model"]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert predictor["workerSpec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert predictor["workerSpec"]["pipelineParallelSize"] == 2
+    assert predictor["model"]["args"] == ["--served-model-name", "x"]
+
+
+def test_the_notes_give_the_port_forward_and_warn_about_rolling_updates(helm4: str) -> None:
+    values = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "parallelism": {"tensor": 2}}
+    recreate = install_dry_run(helm4, values=values)
+    assert recreate.returncode == 0, recreate.stderr
+    notes = recreate.stdout.split("NOTES:", 1)[1]
+    assert "port-forward svc/llm-multinode-llm-predictor 8080:80" in notes
+    assert '"model": "llm"' in notes
+    assert "WARNING" not in notes
+    rolling = install_dry_run(
+        helm4, values=deep_merge(values, {"strategy": {"type": "RollingUpdate"}})
+    )
+    assert "second full set of 4 nvidia.com/gpu" in rolling.stdout.split("NOTES:", 1)[1]
