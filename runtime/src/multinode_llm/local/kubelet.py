@@ -238,8 +238,17 @@ class ContainerRunner:
         waiting = asyncio.create_task(process.wait())
         done, _ = await asyncio.wait({probing, waiting}, return_when=asyncio.FIRST_COMPLETED)
         kill_reason = None
-        if probing in done and not probing.cancelled() and probing.exception() is None:
-            kill_reason = probing.result()
+        if probing in done and not probing.cancelled():
+            if probing.exception() is None:
+                kill_reason = probing.result()
+            else:  # a bug here must not leave a container unprobed without a word
+                log.error(
+                    "probing %s/%s failed",
+                    self.pod.name,
+                    self.plan.name,
+                    exc_info=probing.exception(),
+                )
+                kill_reason = f"Probe error: {probing.exception()}"
         if kill_reason:
             grace = self._grace(kill_reason)
             self.kubelet.event(
