@@ -7,6 +7,7 @@ cluster again, whether the question was answered, failed, or was interrupted (Ct
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import time
@@ -28,6 +29,7 @@ def demo(prefix: str, prompt: str, max_tokens: int) -> int:
             "the demo needs the openai client: pip install openai (tox -e demo brings it)"
         ) from None
     signal.signal(signal.SIGTERM, _interrupt)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     started = time.monotonic()
     plan: ClusterPlan | None = None
     try:
