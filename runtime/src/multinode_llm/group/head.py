@@ -1,14 +1,182 @@
-"""The head supervisor (not built yet)."""
+"""`multinode-llm head`: the Ray head and vLLM's OpenAI server, supervised as one group.
+
+1. Start the Ray head (`ray start --head --block`) on POD_IP, pinned ports, this pod's GPUs.
+2. Start vLLM right away (``--early-engine-start``, the default): its imports, tokenizer and config
+   loading overlap the wait for the workers; its Ray executor itself waits for the GPUs it needs.
+3. Wait until RAY_NODE_COUNT nodes and TP x PP GPUs are registered, with a deadline and capped
+   backoff, logging progress; at the deadline, stop everything and exit 1 naming what is missing.
+4. Watch: exit 1 when Ray or vLLM exits; keep the probes' facts fresh (engine answers, nodes alive).
+"""
+
+from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
 
+from multinode_llm.config import HeadConfig, head_config
 from multinode_llm.errors import UserError
+from multinode_llm.group import arguments, ray_node
+from multinode_llm.group.cluster import ClusterView
+from multinode_llm.group.head_watch import GroupWatch
+from multinode_llm.group.network import collective_env
+from multinode_llm.group.process import Child
+from multinode_llm.group.progress import backoff
+from multinode_llm.group.supervisor import TICK_S, Deadline, GroupError, Supervisor, port_open
+from multinode_llm.serving.command import engine_command, engine_env
+
+log = logging.getLogger("multinode_llm.head")
+
+ACCEPTS_EXTRA_ARGS = True  # everything the head does not own goes to vLLM untouched
+
+ENGINE_STOP_GRACE_S = 10.0  # in-flight requests finish; fits kubelet's default 30 s grace period
+FAILED_STOP_GRACE_S = 2.0  # a failed group has nothing to finish; vLLM ignores SIGTERM mid-start
+PROGRESS_EVERY_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser
+    arguments.add_node_arguments(parser)
+    group = parser.add_argument_group("the model and its parallelism (also passed to vLLM)")
+    group.add_argument("--model", help="model directory or Hub id (env MODEL_DIR, else MODEL_ID)")
+    group.add_argument(
+        "--served-model-name", nargs="+", help="name(s) clients ask for (env MODEL_NAME)"
+    )
+    group.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, help="GPUs per node (env TENSOR_PARALLEL_SIZE)"
+    )
+    group.add_argument(
+        "--pipeline-parallel-size",
+        "-pp",
+        type=int,
+        help="pipeline stages (env PIPELINE_PARALLEL_SIZE)",
+    )
+    group.add_argument("--port", type=int, help="vLLM's HTTP port (default 8080)")
+    group.add_argument(
+        "--early-engine-start",
+        action=argparse.BooleanOptionalAction,
+        help="start vLLM while the workers join, so its start-up overlaps the wait (default on)",
+    )
+    parser.epilog = "Any other argument is passed to vLLM's OpenAI server unchanged."
 
 
 def run(args: argparse.Namespace) -> int:
-    del args
-    raise UserError("this subcommand is not built yet")
+    flags = arguments.overrides(args)
+    flags["vllm_args"] = list(getattr(args, "extra_args", []))
+    config = head_config(os.environ, flags)
+    if config.model_is_dir and not Path(config.model).is_dir():
+        raise UserError(
+            f"the model directory {config.model} does not exist: check MODEL_DIR (KServe mounts "
+            "the storageUri at /mnt/models) or pass --model with a directory or a Hub model id"
+        )
+    code = asyncio.run(HeadSupervisor(config).run())
+    # Every child is stopped by now. Exit without running atexit handlers: the Ray driver's would
+    # wait a minute for a GCS that is gone when Ray died.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class HeadSupervisor(Supervisor):
+    def __init__(self, config: HeadConfig) -> None:
+        super().__init__("head", config.node.status_port)
+        self.config = config
+        self.env: dict[str, str] = {}
+        self.ray: Child | None = None
+        self.engine: Child | None = None
+        self.view: ClusterView | None = None
+        self.watch: GroupWatch | None = None
+
+    async def main(self) -> int:
+        node = self.config.node
+        deadline = Deadline(node.wait_timeout_s)
+        self.env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
+        self.state.phase = "starting Ray"
+        self.ray = await ray_node.start(node, None, self.env)
+        await self._wait_for_port(node.ray_ports.gcs, "the Ray head's GCS", deadline)
+        if self.config.early_engine_start:
+            # vLLM needs seconds of imports before it connects to Ray: the GCS is enough now.
+            await self._start_engine()
+        await self._wait_for_port(node.ray_ports.node_manager, "the Ray head's raylet", deadline)
+        self.state.mark("ray_head_up")
+        self.view = ClusterView(f"{node.pod_ip}:{node.ray_ports.gcs}")
+        try:
+            await self.view.connect()
+        except (
+            Exception
+        ) as error:  # Ray raises its own types; whatever it is, the head cannot go on
+            raise GroupError(
+                f"could not connect to the Ray head at {self.view.address}: {error}"
+            ) from error
+        watch = self.watch = GroupWatch(self.config, self.state, self.view)
+        await self._wait_for_group(watch, deadline)
+        if self.engine is None:
+            await self._start_engine()
+        return await self._monitor(watch)
+
+    async def cleanup(self) -> None:
+        if self.engine is not None:
+            await self.engine.stop(FAILED_STOP_GRACE_S if self.failed else ENGINE_STOP_GRACE_S)
+        if self.view is not None and self.ray is not None and self.ray.returncode is None:
+            await self.view.close()  # with Ray gone, the driver could only wait for a dead GCS
+        if self.ray is not None:
+            await self.ray.stop(ray_node.STOP_GRACE_S)
+        if self.watch is not None:
+            await self.watch.close()
+
+    async def _wait_for_port(self, port: int, what: str, deadline: Deadline) -> None:
+        """Until this pod's ``port`` accepts connections (`ray start` is still starting)."""
+        while not await port_open(self.config.node.pod_ip, port):
+            self._check_children()
+            if deadline.passed():
+                raise GroupError(f"{what} did not start within {deadline.seconds:.0f} s")
+            await self.pause(0.1)
+
+    async def _start_engine(self) -> None:
+        argv = engine_command(self.config)
+        self.engine = await Child.start("vLLM", argv, engine_env(self.config, self.env))
+        self.state.mark("engine_started")
+
+    async def _wait_for_group(self, watch: GroupWatch, deadline: Deadline) -> None:
+        """Wait for every node and GPU; GroupError at the deadline."""
+        self.state.phase = "waiting for the group"
+        delays = backoff()
+        last_line, last_log = "", 0.0
+        while True:
+            self._check_children()
+            progress = await watch.refresh(self.engine)
+            if progress.complete:
+                log.info("group complete after %.1f s: %s", deadline.elapsed, progress.line())
+                return
+            line = progress.line()
+            if line != last_line or time.monotonic() - last_log >= PROGRESS_EVERY_S:
+                log.info("%s (%.0f s of %.0f s)", line, deadline.elapsed, deadline.seconds)
+                last_line, last_log = line, time.monotonic()
+            if deadline.passed():
+                node = self.config.node
+                raise GroupError(
+                    f"the group did not form within {deadline.seconds:.0f} s "
+                    f"(--wait-timeout, GROUP_WAIT_TIMEOUT): {progress.missing()}; check that every "
+                    "worker pod runs and reaches the head's Ray GCS at "
+                    f"{node.pod_ip}:{node.ray_ports.gcs}"
+                )
+            await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
+
+    async def _monitor(self, watch: GroupWatch) -> int:
+        self.state.phase = "serving"
+        while True:
+            self._check_children()
+            await watch.refresh(self.engine)
+            await self.pause(TICK_S)
+
+    def _check_children(self) -> None:
+        for child, what in ((self.ray, "the Ray head"), (self.engine, "vLLM's OpenAI server")):
+            if child is not None and child.returncode is not None:
+                raise GroupError(
+                    f"{what} exited with code {child.returncode}; exiting so that the pod restarts "
+                    "and the group restarts with it (its log is above)"
+                )

@@ -1,14 +1,184 @@
-"""The worker supervisor (not built yet)."""
+"""`multinode-llm worker`: join the head's Ray cluster, and leave loudly when the head is gone.
+
+1. Wait for the head's Ray GCS (HEAD_SVC.POD_NAMESPACE.svc.cluster.local:RAY_PORT) with a deadline
+   and capped backoff, logging progress.
+2. Join it with `ray start --address ... --block` and this pod's GPUs.
+3. Watch: exit 1 when Ray on this pod exits, when the head's GCS stops answering for
+   ``HEAD_LOSS_GRACE_S``, when the head's name points at another address (a new head pod), or when
+   the head's supervisor restarted (another boot id on its status port).
+   Ray workers cannot rejoin a restarted head's group, so the pod must restart and join afresh.
+"""
+
+from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
 
-from multinode_llm.errors import UserError
+from multinode_llm.config import WorkerConfig, worker_config
+from multinode_llm.group import arguments, ray_node
+from multinode_llm.group.network import collective_env
+from multinode_llm.group.process import Child
+from multinode_llm.group.progress import backoff
+from multinode_llm.group.supervisor import (
+    TICK_S,
+    Deadline,
+    GroupError,
+    Supervisor,
+    port_open,
+    resolve,
+)
+from multinode_llm.health.state import WorkerFacts
+
+if TYPE_CHECKING:
+    import aiohttp
+
+log = logging.getLogger("multinode_llm.worker")
+
+HEAD_LOSS_GRACE_S = 5.0  # a head silent this long is gone: a blip shorter than this is tolerated
+LOST_HEAD_STOP_GRACE_S = 1.0
+PROGRESS_EVERY_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser
+    arguments.add_node_arguments(parser)
+    parser.add_argument(
+        "--head-address",
+        help="the head's host name or IP (default: HEAD_SVC.POD_NAMESPACE.svc.cluster.local)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    del args
-    raise UserError("this subcommand is not built yet")
+    config = worker_config(os.environ, arguments.overrides(args))
+    return asyncio.run(WorkerSupervisor(config).run())
+
+
+class WorkerSupervisor(Supervisor):
+    def __init__(self, config: WorkerConfig) -> None:
+        super().__init__("worker", config.node.status_port)
+        self.config = config
+        self.ray: Child | None = None
+        self.ray_stop_grace_s = ray_node.STOP_GRACE_S
+        self.head_boot_id: str | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self.facts = WorkerFacts(head=config.head_address)
+
+    async def main(self) -> int:
+        node = self.config.node
+        head_ip = await self._wait_for_head(Deadline(node.wait_timeout_s))
+        self.state.mark("head_reachable")
+        env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
+        self.state.phase = "joining"
+        self.ray = await ray_node.start(node, f"{head_ip}:{node.ray_ports.gcs}", env)
+        return await self._monitor(self.ray, head_ip)
+
+    async def cleanup(self) -> None:
+        if self.ray is not None:
+            await self.ray.stop(self.ray_stop_grace_s)
+        if self._http is not None:
+            await self._http.close()
+
+    async def _wait_for_head(self, deadline: Deadline) -> str:
+        """The head's IP once its GCS accepts connections; GroupError at the deadline."""
+        config, delays = self.config, backoff()
+        self.state.phase = "waiting for the head"
+        self.state.update(self.facts)
+        last_log = 0.0
+        while True:
+            ip = await resolve(config.head_host)
+            if ip is not None and await port_open(ip, config.node.ray_ports.gcs):
+                log.info("the head's Ray GCS answers at %s (%s)", config.head_address, ip)
+                return ip
+            why = "its name does not resolve" if ip is None else f"{ip} does not accept connections"
+            if deadline.passed():
+                raise GroupError(
+                    f"the head's Ray GCS at {config.head_address} did not answer within "
+                    f"{deadline.seconds:.0f} s (--wait-timeout, GROUP_WAIT_TIMEOUT): {why}; check "
+                    "that the head pod runs and that HEAD_SVC and RAY_PORT name it"
+                )
+            if time.monotonic() - last_log >= PROGRESS_EVERY_S:
+                log.info(
+                    "waiting for the head's Ray GCS at %s: %s (%.0f s of %.0f s)",
+                    config.head_address,
+                    why,
+                    deadline.elapsed,
+                    deadline.seconds,
+                )
+                last_log = time.monotonic()
+            await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
+
+    async def _monitor(self, ray: Child, head_ip: str) -> int:
+        node = self.config.node
+        silent_since: float | None = None
+        while True:
+            if ray.returncode is not None:
+                raise GroupError(
+                    f"Ray on this worker exited with code {ray.returncode} (its log is above)"
+                )
+            head_ok, joined = await asyncio.gather(
+                self._check_head(head_ip), port_open(node.pod_ip, node.ray_ports.node_manager)
+            )
+            silent_since = None if head_ok else (silent_since or time.monotonic())
+            if silent_since is not None and time.monotonic() - silent_since >= HEAD_LOSS_GRACE_S:
+                # Ray's graceful stop would try to drain this node through the dead head's GCS.
+                self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+                raise GroupError(
+                    f"lost the head: its Ray GCS at {head_ip}:{node.ray_ports.gcs} has not "
+                    f"answered for {HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts "
+                    "and joins the new head"
+                )
+            self.facts = WorkerFacts(
+                ray_started=True,
+                ray_running=True,
+                joined=joined or self.facts.joined,
+                head_reachable=head_ok,
+                head=self.config.head_address,
+            )
+            self.state.update(self.facts)
+            if self.facts.joined:
+                self.state.mark("joined")
+                self.state.phase = "joined"
+            await self.pause(TICK_S)
+
+    async def _check_head(self, head_ip: str) -> bool:
+        """Whether the head this worker joined still answers; GroupError when it was replaced.
+
+        Ray workers cannot join a new head's cluster from the old one, so a new head pod (its name
+        resolves elsewhere) or a restarted head supervisor (another boot id on its status port)
+        means this pod must restart, even if the head came back faster than HEAD_LOSS_GRACE_S.
+        """
+        moved = await resolve(self.config.head_host)
+        if moved is not None and moved != head_ip:
+            self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+            raise GroupError(
+                f"the head moved from {head_ip} to {moved} (a new head pod): exiting so that "
+                "this pod restarts and joins the new head's group"
+            )
+        boot_id = await self._head_boot_id(head_ip)
+        if boot_id is not None:
+            self.head_boot_id = self.head_boot_id or boot_id
+            if boot_id != self.head_boot_id:
+                self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+                raise GroupError(
+                    f"the head at {head_ip} restarted (a new Ray cluster): exiting so that this "
+                    "pod restarts and joins it"
+                )
+        return await port_open(head_ip, self.config.node.ray_ports.gcs)
+
+    async def _head_boot_id(self, head_ip: str) -> str | None:
+        """The head supervisor's boot id from its status port; None when it does not answer."""
+        import aiohttp  # the worker's status server has it loaded already
+
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
+        url = f"http://{head_ip}:{self.config.node.status_port}/status"
+        try:
+            async with self._http.get(url) as answer:
+                status = await answer.json() if answer.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        boot_id = status.get("boot_id") if isinstance(status, dict) else None
+        return str(boot_id) if boot_id else None

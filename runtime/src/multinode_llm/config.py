@@ -1,0 +1,266 @@
+"""The one typed configuration of the runtime, read from the environment KServe injects.
+
+KServe's multi-node reconciler sets the parallel sizes, node and GPU counts, the model location and
+the head's service name (see DEVELOPERS.md, "Environment the runtime reads"); the pod declares its
+own address through the downward API. Command-line flags override any of them: ``overrides`` maps a
+field name to the flag's value, ``None`` meaning "not given".
+
+Everything here is pure: it reads a mapping and returns frozen dataclasses, or raises ``UserError``
+naming the variable and the fix. Nothing touches the network or the file system.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from multinode_llm.errors import UserError
+
+DEFAULT_RAY_PORT = 6379
+DEFAULT_WAIT_TIMEOUT_S = 600.0
+DEFAULT_HTTP_PORT = 8080
+DEFAULT_STATUS_PORT = 8081
+DEFAULT_RAY_TEMP_DIR = Path("/tmp/ray")  # noqa: S108 - Ray's own default, inside the pod
+CLUSTER_DOMAIN = "svc.cluster.local"
+
+Overrides = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """Ray's ports, pinned so that a NetworkPolicy can open exactly these inside the group."""
+
+    gcs: int = DEFAULT_RAY_PORT
+    node_manager: int = 6380
+    object_manager: int = 6381
+    runtime_env_agent: int = 6382
+    dashboard_agent_grpc: int = 6383
+    dashboard_agent_listen: int = 6384
+    metrics_export: int = 6385
+    min_worker: int = 10002
+    max_worker: int = 10100
+
+
+@dataclass(frozen=True)
+class Node:
+    """What every pod of the group knows about itself."""
+
+    pod_ip: str
+    gpus: int  # REQUEST_GPU_COUNT: this pod's GPU limit, given to `ray start --num-gpus`
+    node_count: int  # RAY_NODE_COUNT: pods in the group, the head included
+    ray_ports: RayPorts
+    ray_temp_dir: Path
+    wait_timeout_s: float
+    status_port: int
+    pod_name: str = ""
+    pod_namespace: str = ""
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tensor: int
+    pipeline: int
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the whole group must register before vLLM can place its workers."""
+        return self.tensor * self.pipeline
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    node: Node
+    parallel: Parallelism
+    model: str  # a directory (MODEL_DIR) or a Hub model id (MODEL_ID), given to vLLM's --model
+    served_model_names: tuple[str, ...]  # empty: vLLM names the model after --model
+    http_port: int = DEFAULT_HTTP_PORT
+    early_engine_start: bool = True
+    vllm_args: tuple[str, ...] = field(default_factory=tuple)  # passed to vLLM untouched
+
+    @property
+    def model_is_dir(self) -> bool:
+        return self.model.startswith("/")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    node: Node
+    head_host: str  # DNS name or address of the head's Ray GCS
+    isvc_name: str = ""
+
+    @property
+    def head_address(self) -> str:
+        return f"{self.head_host}:{self.node.ray_ports.gcs}"
+
+
+def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
+    """The head's configuration: ``env`` is KServe's environment, ``overrides`` the flags."""
+    reader = _Reader(env, overrides)
+    node = _node(reader)
+    if node.gpus < 1:
+        raise UserError(
+            f"REQUEST_GPU_COUNT={node.gpus} on the head: vLLM's Ray executor runs its first worker "
+            "on the head node, so give the head at least one GPU (set the head's GPU limit)"
+        )
+    parallel = Parallelism(
+        tensor=reader.integer("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", minimum=1),
+        pipeline=reader.integer("pipeline_parallel_size", "PIPELINE_PARALLEL_SIZE", minimum=1),
+    )
+    names = reader.flag("served_model_name")
+    if names is None:
+        model_name = env.get("MODEL_NAME", "").strip()
+        served: tuple[str, ...] = (model_name,) if model_name else ()
+    else:
+        served = tuple(str(name) for name in _as_list(names))
+    return HeadConfig(
+        node=node,
+        parallel=parallel,
+        model=_model(reader),
+        served_model_names=served,
+        http_port=reader.port("port", None, DEFAULT_HTTP_PORT),
+        early_engine_start=bool(reader.flag("early_engine_start", True)),
+        vllm_args=tuple(str(arg) for arg in _as_list(reader.flag("vllm_args", ()))),
+    )
+
+
+def worker_config(env: Mapping[str, str], overrides: Overrides) -> WorkerConfig:
+    """The worker's configuration: it finds the head from HEAD_SVC and POD_NAMESPACE."""
+    reader = _Reader(env, overrides)
+    node = _node(reader)
+    head_host = reader.flag("head_address")
+    if head_host is None:
+        head_svc = reader.text(
+            "HEAD_SVC", fix="KServe sets it on worker pods; or pass --head-address"
+        )
+        namespace = reader.text(
+            "POD_NAMESPACE",
+            fix="declare it from the downward API (fieldRef metadata.namespace); "
+            "or pass --head-address",
+        )
+        head_host = f"{head_svc}.{namespace}.{CLUSTER_DOMAIN}"
+    return WorkerConfig(node=node, head_host=str(head_host), isvc_name=env.get("ISVC_NAME", ""))
+
+
+def _node(reader: _Reader) -> Node:
+    pod_ip = reader.flag("pod_ip")
+    if pod_ip is None:
+        pod_ip = reader.text(
+            "POD_IP",
+            fix="declare it from the downward API (fieldRef status.podIP) or pass --pod-ip",
+        )
+    try:
+        ipaddress.ip_address(str(pod_ip))
+    except ValueError:
+        raise UserError(
+            f"POD_IP={pod_ip!r} is not an IP address: set it from the downward API "
+            "(fieldRef status.podIP) or pass --pod-ip with this pod's address"
+        ) from None
+    temp_dir = reader.flag("ray_temp_dir")
+    if temp_dir is None:
+        temp_dir = reader.env.get("RAY_TEMP_DIR") or DEFAULT_RAY_TEMP_DIR
+    return Node(
+        pod_ip=str(pod_ip),
+        gpus=reader.integer("gpus", "REQUEST_GPU_COUNT", minimum=0),
+        node_count=reader.integer("node_count", "RAY_NODE_COUNT", minimum=1),
+        ray_ports=RayPorts(gcs=reader.port("ray_port", "RAY_PORT", DEFAULT_RAY_PORT)),
+        ray_temp_dir=Path(str(temp_dir)),
+        wait_timeout_s=reader.seconds("wait_timeout", "GROUP_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT_S),
+        status_port=reader.port("status_port", None, DEFAULT_STATUS_PORT),
+        pod_name=reader.env.get("POD_NAME", ""),
+        pod_namespace=reader.env.get("POD_NAMESPACE", ""),
+    )
+
+
+def _model(reader: _Reader) -> str:
+    flag = reader.flag("model")
+    if flag is not None:
+        return str(flag)
+    for name in ("MODEL_DIR", "MODEL_ID"):
+        value = reader.env.get(name, "").strip()
+        if value:
+            return value
+    raise UserError(
+        "no model given: set MODEL_DIR (KServe sets it to /mnt/models from a pvc:// or oci:// "
+        "storageUri) or MODEL_ID (a Hugging Face model id), or pass --model"
+    )
+
+
+def _as_list(value: object) -> list[object]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+class _Reader:
+    """Reads one field: the flag if given, else the environment variable, else a default."""
+
+    def __init__(self, env: Mapping[str, str], overrides: Overrides) -> None:
+        self.env = env
+        self.overrides = overrides
+
+    def flag(self, name: str, default: object = None) -> object:
+        value = self.overrides.get(name)
+        return default if value is None else value
+
+    def text(self, variable: str, fix: str) -> str:
+        value = self.env.get(variable, "").strip()
+        if not value:
+            raise UserError(f"{variable} is not set: {fix}")
+        return value
+
+    def integer(self, name: str, variable: str, minimum: int) -> int:
+        flag = self.flag(name)
+        source = f"--{name.replace('_', '-')}" if flag is not None else variable
+        raw = flag if flag is not None else self.env.get(variable)
+        if raw is None or str(raw).strip() == "":
+            raise UserError(
+                f"{variable} is not set: KServe injects it from the InferenceService's workerSpec; "
+                f"set it to an integer >= {minimum} or pass --{name.replace('_', '-')}"
+            )
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise UserError(
+                f"{source}={raw!r} is not an integer: set it to an integer >= {minimum}"
+            ) from None
+        if value < minimum:
+            raise UserError(
+                f"{source}={value} is less than {minimum}: set it to an integer >= {minimum}"
+            )
+        return value
+
+    def port(self, name: str, variable: str | None, default: int) -> int:
+        flag = self.flag(name)
+        raw = flag if flag is not None else (self.env.get(variable) if variable else None)
+        if raw is None or str(raw).strip() == "":
+            return default
+        source = f"--{name.replace('_', '-')}" if flag is not None else variable
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = -1
+        if not 1 <= value <= 65535:
+            raise UserError(
+                f"{source}={raw!r} is not a TCP port: set it to an integer from 1 to 65535"
+            )
+        return value
+
+    def seconds(self, name: str, variable: str, default: float) -> float:
+        flag = self.flag(name)
+        raw = flag if flag is not None else self.env.get(variable)
+        if raw is None or str(raw).strip() == "":
+            return default
+        source = f"--{name.replace('_', '-')}" if flag is not None else variable
+        try:
+            value = float(str(raw).strip().removesuffix("s"))
+        except ValueError:
+            value = -1.0
+        if value <= 0:
+            raise UserError(
+                f"{source}={raw!r} is not a positive number of seconds: set it to, for example, 600"
+            )
+        return value

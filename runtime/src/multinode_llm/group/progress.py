@@ -1,0 +1,89 @@
+"""Pure logic of waiting for a group: counting nodes and GPUs, the words for it, and the backoff."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RayNodeInfo:
+    """One node as Ray's GCS lists it (from the public `ray.nodes()`)."""
+
+    node_id: str
+    ip: str
+    alive: bool
+    gpus: float
+    raylet_port: int
+    is_head: bool = False
+
+
+@dataclass(frozen=True)
+class GroupProgress:
+    """How far the group is from what the head needs: ``nodes`` alive of ``expected_nodes``."""
+
+    nodes: int
+    expected_nodes: int
+    gpus: int
+    expected_gpus: int
+
+    @property
+    def complete(self) -> bool:
+        return self.nodes >= self.expected_nodes and self.gpus >= self.expected_gpus
+
+    @property
+    def missing_workers(self) -> int:
+        return max(self.expected_nodes - self.nodes, 0)
+
+    def line(self) -> str:
+        """One progress line, e.g. '1/2 nodes, 2/4 GPUs; waiting for 1 worker'."""
+        counts = f"{self.nodes}/{self.expected_nodes} nodes, {self.gpus}/{self.expected_gpus} GPUs"
+        if self.complete:
+            return f"{counts}; the group is complete"
+        if self.missing_workers:
+            return f"{counts}; waiting for {_workers(self.missing_workers)}"
+        return f"{counts}; waiting for {self.expected_gpus - self.gpus} more GPUs to register"
+
+    def missing(self) -> str:
+        """What is missing, said so that someone can act on it."""
+        parts = []
+        if self.missing_workers:
+            parts.append(
+                f"{_workers(self.missing_workers)} missing ({self.nodes} of RAY_NODE_COUNT="
+                f"{self.expected_nodes} nodes joined)"
+            )
+        if self.gpus < self.expected_gpus:
+            parts.append(
+                f"{self.expected_gpus - self.gpus} of {self.expected_gpus} GPUs missing "
+                f"(TENSOR_PARALLEL_SIZE x PIPELINE_PARALLEL_SIZE = {self.expected_gpus}, "
+                f"{self.gpus} registered)"
+            )
+        return "; ".join(parts) or "nothing"
+
+
+def progress(
+    nodes: Sequence[RayNodeInfo], expected_nodes: int, expected_gpus: int
+) -> GroupProgress:
+    alive = [node for node in nodes if node.alive]
+    return GroupProgress(
+        nodes=len(alive),
+        expected_nodes=expected_nodes,
+        gpus=int(sum(node.gpus for node in alive)),
+        expected_gpus=expected_gpus,
+    )
+
+
+def backoff(initial_s: float = 0.25, factor: float = 2.0, cap_s: float = 4.0) -> Iterator[float]:
+    """Capped exponential delays: 0.25, 0.5, 1, 2, 4, 4, ... seconds.
+
+    Short at first so that a group whose pods start together is noticed within a fraction of a
+    second; capped so that a long wait never polls less often than every few seconds.
+    """
+    delay = initial_s
+    while True:
+        yield delay
+        delay = min(delay * factor, cap_s)
+
+
+def _workers(count: int) -> str:
+    return f"{count} worker" if count == 1 else f"{count} workers"

@@ -1,0 +1,64 @@
+"""`ray start` for one pod, with the pinned ports and the pod's own temp dir, run as a child.
+
+`ray start --block` stays in the foreground and watches the Ray processes it started, so the
+supervisor owns the whole Ray node as one child: when it exits, Ray on this pod is gone. Only Ray's
+public command line is used here; `ray stop` is never called (it stops every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from multinode_llm.config import Node
+from multinode_llm.group.process import Child
+
+STOP_GRACE_S = 10.0  # Ray drains a node in about a second while its GCS answers
+
+
+def ray_executable() -> str:
+    """The `ray` script beside this interpreter (a venv's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("ray")
+    return str(beside) if beside.exists() else "ray"
+
+
+def start_command(node: Node, head_address: str | None) -> list[str]:
+    """`ray start`: a head when ``head_address`` is None, else a worker joining that head."""
+    ports = node.ray_ports
+    argv = [
+        ray_executable(),
+        "start",
+        "--block",
+        "--node-ip-address",
+        node.pod_ip,
+        "--num-gpus",
+        str(node.gpus),
+        "--temp-dir",
+        str(node.ray_temp_dir),
+        "--disable-usage-stats",
+        "--node-manager-port",
+        str(ports.node_manager),
+        "--object-manager-port",
+        str(ports.object_manager),
+        "--runtime-env-agent-port",
+        str(ports.runtime_env_agent),
+        "--dashboard-agent-grpc-port",
+        str(ports.dashboard_agent_grpc),
+        "--dashboard-agent-listen-port",
+        str(ports.dashboard_agent_listen),
+        "--metrics-export-port",
+        str(ports.metrics_export),
+        "--min-worker-port",
+        str(ports.min_worker),
+        "--max-worker-port",
+        str(ports.max_worker),
+    ]
+    if head_address is None:
+        return [*argv, "--head", "--port", str(ports.gcs), "--include-dashboard", "false"]
+    return [*argv, "--address", head_address]
+
+
+async def start(node: Node, head_address: str | None, env: Mapping[str, str]) -> Child:
+    node.ray_temp_dir.mkdir(parents=True, exist_ok=True)
+    return await Child.start("ray", start_command(node, head_address), env)

@@ -1,0 +1,120 @@
+"""What the head and worker supervisors share: the status server, signals, deadline-aware waits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+
+from multinode_llm.health.server import StatusServer
+from multinode_llm.health.state import HealthState
+
+TICK_S = 1.0  # how often the monitor loop refreshes what the probes answer
+CONNECT_TIMEOUT_S = 1.0
+RESOLVE_TIMEOUT_S = 2.0  # a DNS server that does not answer must not stall a deadline
+
+
+class GroupError(Exception):
+    """The group cannot serve; the message says why. The supervisor exits non-zero with it."""
+
+
+class StopRequest(Exception):  # noqa: N818 - a request to stop, not an error
+    """SIGTERM or SIGINT arrived while waiting: stop everything and exit 0."""
+
+
+class Supervisor:
+    """Runs ``main()`` with the status port open; SIGTERM or SIGINT make it stop and exit 0."""
+
+    def __init__(self, role: str, status_port: int) -> None:
+        self.log = logging.getLogger(f"multinode_llm.{role}")
+        self.state = HealthState(role=role)
+        self.server = StatusServer(self.state, status_port)
+        self.stopping = asyncio.Event()
+        self.failed = False  # a failed group stops its children without the courtesy of a drain
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop_requested, signum)
+        await self.server.start()
+        try:
+            return await self.main()
+        except StopRequest:
+            return 0
+        except GroupError as failure:
+            self.state.phase = "failed"
+            self.failed = True
+            self.log.error("%s", failure)
+            await self._stop()
+            # Again as the very last line, where `kubectl logs --previous` ends, below Ray's own.
+            self.log.error("exit 1: %s", failure)
+            return 1
+        finally:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        if self.state.phase != "stopped":
+            self.state.phase = "stopping"
+            await self.cleanup()
+            await self.server.stop()
+            self.state.phase = "stopped"
+
+    async def main(self) -> int:
+        raise NotImplementedError
+
+    async def cleanup(self) -> None:
+        """Stop every child this supervisor started (called on every exit)."""
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep; raise StopRequest at once when SIGTERM or SIGINT arrives."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
+        if self.stopping.is_set():
+            raise StopRequest
+
+    def _stop_requested(self, signum: int) -> None:
+        self.log.info("received %s: stopping", signal.Signals(signum).name)
+        self.stopping.set()
+
+
+class Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    @property
+    def remaining(self) -> float:
+        return self.seconds - self.elapsed
+
+    def passed(self) -> bool:
+        return self.remaining <= 0
+
+
+async def port_open(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to host:port succeeds: cheap proof that a server is there."""
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def resolve(host: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:
+    """The IPv4 (or, failing that, IPv6) address ``host`` resolves to, or None (also on timeout)."""
+    lookup = asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    try:
+        infos = await asyncio.wait_for(lookup, timeout)
+    except (OSError, UnicodeError, TimeoutError):
+        return None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return str(infos[0][4][0]) if infos else None

@@ -1,0 +1,204 @@
+"""What the probes answer, decided from facts the supervisor's monitor loop keeps fresh.
+
+A probe request does no work: it reads the last ``Probes`` the monitor loop computed (about once a
+second) from its facts. The rules, from the issue and DEVELOPERS.md:
+
+- head startup: the engine has answered (``/health`` and the served model listed) at least once;
+- head readiness: the engine answers now, and every node of the group is alive;
+- head liveness: Ray and vLLM run, the engine has not been silent for long, and no node of a formed
+  group is lost (Ray workers cannot rejoin a running group, so a lost worker restarts the group);
+- worker startup and readiness: joined the head's Ray cluster; liveness: raylet up, head reachable.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# An engine whose /health has not answered for this long is considered hung, not busy.
+ENGINE_SILENCE_LIMIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Probes:
+    startup: Check
+    ready: Check
+    live: Check
+
+
+@dataclass(frozen=True)
+class HeadFacts:
+    ray_running: bool = False
+    engine_started: bool = False  # False while the head waits for the group before starting vLLM
+    engine_running: bool = False
+    engine_healthy: bool = False  # the last /health answered 200
+    model_listed: bool = False  # the last /v1/models listed the served name
+    engine_answered_once: bool = False
+    engine_silent_s: float = 0.0  # since the last healthy answer (0 before the first)
+    nodes: int = 0
+    expected_nodes: int = 1
+    gpus: int = 0
+    expected_gpus: int = 1
+    group_formed: bool = False  # the group was complete at least once
+    lost_nodes: tuple[
+        str, ...
+    ] = ()  # IPs of nodes Ray lists dead or whose raylet stopped answering
+
+    @property
+    def group_whole(self) -> bool:
+        return (
+            self.nodes >= self.expected_nodes
+            and self.gpus >= self.expected_gpus
+            and not self.lost_nodes
+        )
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    ray_started: bool = False  # False while the worker waits for the head's GCS to answer
+    ray_running: bool = False
+    joined: bool = False
+    head_reachable: bool = False
+    head: str = ""
+
+
+def head_probes(facts: HeadFacts) -> Probes:
+    group = _group_check(facts)
+    engine = _engine_answers(facts)
+    startup = Check(True, "the engine has answered") if facts.engine_answered_once else engine
+    ready = engine if not engine.ok else group
+    return Probes(startup=startup, ready=ready, live=_head_live(facts, group))
+
+
+def worker_probes(facts: WorkerFacts) -> Probes:
+    if not facts.ray_started:
+        waiting = Check(False, f"waiting for the head's Ray GCS at {facts.head}")
+        return Probes(startup=waiting, ready=waiting, live=Check(True, "waiting for the head"))
+    if not facts.ray_running:
+        down = Check(False, "the Ray node is not running")
+        return Probes(startup=down, ready=down, live=down)
+    if not facts.joined:
+        waiting = Check(False, f"not joined to the head's Ray cluster at {facts.head} yet")
+        return Probes(startup=waiting, ready=waiting, live=Check(True, "joining the head"))
+    if not facts.head_reachable:
+        lost = Check(False, f"the head's Ray GCS at {facts.head} does not answer")
+        return Probes(startup=lost, ready=lost, live=lost)
+    joined = Check(True, f"joined the head's Ray cluster at {facts.head}")
+    return Probes(startup=joined, ready=joined, live=joined)
+
+
+def _engine_answers(facts: HeadFacts) -> Check:
+    if not facts.engine_running:
+        return Check(False, "vLLM is not running")
+    if not facts.engine_healthy:
+        return Check(False, "vLLM's /health does not answer 200 yet")
+    if not facts.model_listed:
+        return Check(False, "vLLM does not list the served model yet")
+    return Check(True, "vLLM answers and lists the served model")
+
+
+def _group_check(facts: HeadFacts) -> Check:
+    counts = f"{facts.nodes}/{facts.expected_nodes} nodes, {facts.gpus}/{facts.expected_gpus} GPUs"
+    if facts.lost_nodes:
+        return Check(False, f"{counts}; lost node(s) {', '.join(facts.lost_nodes)}")
+    if not facts.group_whole:
+        return Check(False, f"{counts}; the group is not complete")
+    return Check(True, f"{counts}; vLLM answers and the group is complete")
+
+
+def _head_live(facts: HeadFacts, group: Check) -> Check:
+    if not facts.ray_running:
+        return Check(False, "the Ray head is not running")
+    if facts.engine_started and not facts.engine_running:
+        return Check(False, "vLLM is not running")
+    if facts.engine_answered_once and facts.engine_silent_s > ENGINE_SILENCE_LIMIT_S:
+        return Check(False, f"vLLM's /health has not answered for {facts.engine_silent_s:.0f} s")
+    if facts.group_formed and not group.ok:
+        return Check(False, group.reason)
+    running = "Ray and vLLM run" if facts.engine_started else "Ray runs"
+    return Check(True, running + ("; the group is complete" if facts.group_formed else ""))
+
+
+@dataclass
+class HealthState:
+    """The supervisor's shared state: written by its monitor loop, read by the status server."""
+
+    role: str
+    phase: str = "starting"
+    probes: Probes = field(
+        default_factory=lambda: Probes(
+            startup=Check(False, "starting"),
+            ready=Check(False, "starting"),
+            live=Check(True, "starting"),
+        )
+    )
+    facts: HeadFacts | WorkerFacts | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    # Tells a restarted supervisor from the one before it (workers watch the head's).
+    boot_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    timeline: dict[str, float] = field(default_factory=dict)  # event -> seconds since start
+
+    def mark(self, event: str) -> None:
+        """Record when an event first happened (Ray up, group complete, engine ready, ...)."""
+        self.timeline.setdefault(event, round(time.monotonic() - self.started_at, 3))
+
+    def update(self, facts: HeadFacts | WorkerFacts) -> None:
+        self.facts = facts
+        self.probes = head_probes(facts) if isinstance(facts, HeadFacts) else worker_probes(facts)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "boot_id": self.boot_id,
+            "phase": self.phase,
+            "probes": asdict(self.probes),
+            "facts": asdict(self.facts) if self.facts is not None else {},
+            "timeline_s": dict(self.timeline),
+            "uptime_s": round(time.monotonic() - self.started_at, 3),
+        }
+
+    def metrics(self) -> str:
+        """Prometheus text exposition of the state (no client library: a handful of gauges)."""
+        role = f'role="{self.role}"'
+        lines = [
+            "# HELP multinode_llm_probe_ok 1 if the supervisor's probe passes, else 0.",
+            "# TYPE multinode_llm_probe_ok gauge",
+        ]
+        for probe, check in asdict(self.probes).items():
+            lines.append(f'multinode_llm_probe_ok{{{role},probe="{probe}"}} {int(check["ok"])}')
+        lines += [
+            "# HELP multinode_llm_event_seconds When an event of the group first happened, "
+            "in seconds since the supervisor started.",
+            "# TYPE multinode_llm_event_seconds gauge",
+        ]
+        for event, seconds in self.timeline.items():
+            lines.append(f'multinode_llm_event_seconds{{{role},event="{event}"}} {seconds}')
+        if isinstance(self.facts, HeadFacts):
+            gauges = {
+                "group_nodes": ("Ray nodes alive in the group.", self.facts.nodes),
+                "group_nodes_expected": ("RAY_NODE_COUNT.", self.facts.expected_nodes),
+                "group_gpus": ("GPUs registered with Ray.", self.facts.gpus),
+                "group_gpus_expected": (
+                    "TENSOR_PARALLEL_SIZE x PIPELINE_PARALLEL_SIZE.",
+                    self.facts.expected_gpus,
+                ),
+                "group_lost_nodes": (
+                    "Nodes of the formed group that are lost.",
+                    len(self.facts.lost_nodes),
+                ),
+            }
+            for name, (text, value) in gauges.items():
+                lines += [
+                    f"# HELP multinode_llm_{name} {text}",
+                    f"# TYPE multinode_llm_{name} gauge",
+                    f"multinode_llm_{name}{{{role}}} {value}",
+                ]
+        return "\n".join(lines) + "\n"

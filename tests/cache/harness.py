@@ -1,0 +1,179 @@
+"""Caches as real processes (`multinode-llm cache serve`), and raw HTTP for what clients hide."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from multinode_llm.cache import metrics as cache_metrics
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
+    """Poll ``condition()`` until it returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class CacheProcess:
+    """One ``multinode-llm cache serve`` process, started in ``prefix`` (``ip netns exec NS``)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        store: Path,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        args: Sequence[str] = (),
+        prefix: Sequence[str] = (),
+    ) -> None:
+        self.host = host
+        self.port = port or free_port()
+        self.store = store
+        self.log_path = log_path
+        command = [
+            *prefix,
+            sys.executable,
+            "-m",
+            "multinode_llm",
+            "--log-level",
+            "INFO",
+            "cache",
+            "serve",
+            "--upstream",
+            upstream,
+            "--store",
+            str(store),
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+            *args,
+        ]
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def wait_ready(self, timeout: float = 30) -> CacheProcess:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(
+                    f"cache exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/ready", timeout=2) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        wait_until(ready, timeout, f"cache {self.url} to be ready")
+        return self
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+            return cache_metrics.parse(response.read().decode())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL: a node dying, with no chance to finish anything."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+
+def raw_request(
+    url: str,
+    method: str,
+    raw_path: str,
+    headers: dict[str, str] | None = None,
+    read_limit: int | None = None,
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """Send ``raw_path`` byte for byte (no client-side normalization of '..' or encodings)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.putrequest(method, raw_path, skip_accept_encoding=True)
+        for name, value in (headers or {}).items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        if read_limit is not None:
+            return response.status, response.headers, response.read(read_limit)
+        try:
+            body = response.read()
+        except http.client.IncompleteRead as short:
+            body = short.partial
+        return response.status, response.headers, body
+    finally:
+        connection.close()
+
+
+def hf_env(endpoint: str, home: Path, token: str | None = None) -> dict[str, str]:
+    """The environment of a huggingface_hub process that reaches the Hub through ``endpoint``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("HF_", "HUGGING_FACE"))
+    }
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def model_files(seed: int = 0, shard_size: int = 2 << 20) -> dict[str, bytes]:
+    """A small model's files: JSON (git files), two LFS shards and a nested LFS file."""
+    rng = random.Random(seed)
+    return {
+        "config.json": b'{"model_type": "llama", "hidden_size": 128, "seed": %d}' % seed,
+        "generation_config.json": b'{"max_new_tokens": 16}',
+        "tokenizer.json": rng.randbytes(6000).hex().encode()[:9000],
+        "model-00001-of-00002.safetensors": rng.randbytes(shard_size),
+        "model-00002-of-00002.safetensors": rng.randbytes(shard_size // 2),
+        "adapters/lora.bin": rng.randbytes(50_000),
+        "README.md": b"# a fake model for tests\n",
+    }
+
+
+def assert_same_files(directory: Path, files: dict[str, bytes]) -> None:
+    for path, content in files.items():
+        got = (directory / path).read_bytes()
+        assert got == content, (
+            f"{path}: {len(got)} bytes differ from the {len(content)} upstream has"
+        )

@@ -1,0 +1,202 @@
+"""Blob bytes: Range semantics, shared fills, verification, eviction, a Hub that is down."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import aiohttp
+import pytest
+from huggingface_hub import hf_hub_download
+from multinode_llm.cache import responses
+from multinode_llm.cache.server import Settings, running
+
+from tests.cache.fake_hub import FakeRepo
+from tests.cache.harness import free_port, model_files, raw_request, wait_until
+
+SHARD = "model-00001-of-00002.safetensors"
+
+
+def test_range_requests_answer_206_clamped_and_416_past_the_end(fake_hub, start_cache):
+    files = model_files(seed=20)
+    repo = fake_hub.add(FakeRepo("org/ranges", files))
+    cache = start_cache()
+    content, size = files[SHARD], len(files[SHARD])
+    url = f"/org/ranges/resolve/{repo.commit}/{SHARD}"
+
+    status, headers, _ = raw_request(cache.url, "HEAD", url)
+    assert (status, headers["Content-Length"], headers["Accept-Ranges"]) == (
+        200,
+        str(size),
+        "bytes",
+    )
+    for stored in (
+        False,
+        True,
+    ):  # the first pass fills the blob, the second serves it stored
+        cases = {
+            "bytes=0-0": (0, 0),
+            "bytes=10-": (10, size - 1),
+            "bytes=5-9": (5, 9),
+            f"bytes=0-{size}": (
+                0,
+                size - 1,
+            ),  # hf_transfer asks one past the end: clamp
+            "bytes=-100": (size - 100, size - 1),
+        }
+        for header, (start, end) in cases.items():
+            status, headers, body = raw_request(
+                cache.url, "GET", url, {"Range": header, "Accept-Encoding": "gzip"}
+            )
+            assert status == 206, f"{header} (stored={stored})"
+            assert headers["Content-Range"] == f"bytes {start}-{end}/{size}"
+            assert "Content-Encoding" not in headers, "a 206 must never be compressed"
+            assert body == content[start : end + 1], header
+            assert headers["X-Repo-Commit"] == repo.commit
+        status, headers, body = raw_request(cache.url, "GET", url, {"Range": f"bytes={size}-"})
+        assert (status, headers["Content-Range"]) == (416, f"bytes */{size}")
+        status, _, body = raw_request(cache.url, "GET", url)
+        assert (status, body) == (200, content)
+    assert fake_hub.blob_gets[SHARD] == 1
+
+
+def test_readers_share_one_fill_while_it_is_in_flight(fake_hub, start_cache):
+    content = model_files(seed=21, shard_size=6 << 20)[SHARD]
+    repo = fake_hub.add(FakeRepo("org/slow", {SHARD: content}))
+    fake_hub.bytes_per_second = 4 << 20  # 1.5 s for the whole blob
+    cache = start_cache()
+    url = f"/org/slow/resolve/{repo.commit}/{SHARD}"
+    ranges = [None, None, "bytes=5000000-", "bytes=1048576-2097151", "bytes=0-0", None]
+
+    def fetch(header: str | None) -> tuple[int, bytes]:
+        status, _, body = raw_request(cache.url, "GET", url, {"Range": header} if header else {})
+        return status, body
+
+    with ThreadPoolExecutor(len(ranges)) as pool:
+        results = list(pool.map(fetch, ranges))
+    assert results[0] == (200, content)
+    assert results[2] == (206, content[5000000:])
+    assert results[3] == (206, content[1048576:2097152])
+    assert results[4] == (206, content[:1])
+    assert fake_hub.blob_gets[SHARD] == 1, "concurrent misses must coalesce into one upstream fetch"
+    metrics = cache.metrics()
+    assert metrics["misses_total"] == 1
+    assert metrics["coalesced_total"] + metrics["hits_total"] == len(ranges) - 1
+
+
+def test_a_fill_survives_the_client_that_started_it(fake_hub, start_cache):
+    content = model_files(seed=22, shard_size=4 << 20)[SHARD]
+    repo = fake_hub.add(FakeRepo("org/left", {SHARD: content}))
+    fake_hub.bytes_per_second = 4 << 20
+    cache = start_cache()
+    host, port = cache.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(
+            f"GET /org/left/resolve/{repo.commit}/{SHARD} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
+        client.recv(65536)  # headers and the first bytes, then hang up
+    wait_until(
+        lambda: cache.metrics()["store_blobs"] == 1,
+        20,
+        "the abandoned fill to complete",
+    )
+    fake_hub.reset_counts()
+    status, _, body = raw_request(cache.url, "GET", f"/org/left/resolve/{repo.commit}/{SHARD}")
+    assert (status, body) == (200, content)
+    assert fake_hub.blob_gets.total() == 0
+
+
+@pytest.mark.parametrize("path", [SHARD, "config.json"])  # a sha256 (LFS) and a git sha1 file
+def test_corrupted_upstream_bytes_are_never_served(fake_hub, start_cache, tmp_path, path):
+    files = model_files(seed=23, shard_size=3 << 20)
+    repo = fake_hub.add(FakeRepo("org/corrupt", files))
+    fake_hub.corrupt.add(path)
+    cache = start_cache()
+    url = f"/org/corrupt/resolve/{repo.commit}/{path}"
+
+    with pytest.raises(Exception):  # noqa: B017 - any failure will do; a success would be the bug
+        hf_hub_download("org/corrupt", path, endpoint=cache.url, cache_dir=tmp_path / "client")
+    status, _, body = raw_request(cache.url, "GET", url)
+    assert status == 502 or len(body) < len(files[path]), "a complete corrupted body was served"
+    assert body != files[path][: len(body)] or len(body) < len(files[path])
+    metrics = cache.metrics()
+    assert metrics["store_blobs"] == 0
+    assert metrics["fills_failed_total"] >= 1
+
+    fake_hub.corrupt.clear()
+    good = hf_hub_download("org/corrupt", path, endpoint=cache.url, cache_dir=tmp_path / "again")
+    assert Path(good).read_bytes() == files[path]
+
+
+def test_least_recently_used_blobs_go_first_under_the_size_limit(fake_hub, start_cache):
+    rng_files = model_files(seed=24)
+    shards = {f"s{i}.safetensors": rng_files[SHARD][i * 1000 :] + bytes([i]) for i in range(4)}
+    repo = fake_hub.add(FakeRepo("org/lru", shards))
+    size = len(shards["s0.safetensors"])
+    cache = start_cache("--max-store-size", str(3 * size + size // 2))
+
+    def get(name: str) -> None:
+        status, _, body = raw_request(cache.url, "GET", f"/org/lru/resolve/{repo.commit}/{name}")
+        assert (status, body) == (200, shards[name])
+
+    for name in (
+        "s0",
+        "s1",
+        "s2",
+        "s0",
+        "s3",
+    ):  # s1 is least recently used when s3 arrives
+        get(f"{name}.safetensors")
+    metrics = cache.metrics()
+    assert metrics["store_bytes"] <= metrics["store_limit_bytes"]
+    assert metrics["evictions"] == 1
+    fake_hub.reset_counts()
+    get("s0.safetensors")
+    get("s2.safetensors")
+    assert fake_hub.blob_gets.total() == 0, "a recently used blob was evicted"
+    get("s1.safetensors")
+    assert fake_hub.blob_gets["s1.safetensors"] == 1
+
+
+def test_a_blob_larger_than_the_store_is_refused_with_the_fix(fake_hub, start_cache):
+    files = model_files(seed=25)
+    repo = fake_hub.add(FakeRepo("org/big", files))
+    cache = start_cache("--max-store-size", "1Mi")
+    status, headers, _ = raw_request(cache.url, "GET", f"/org/big/resolve/{repo.commit}/{SHARD}")
+    assert status == 507
+    assert "--max-store-size" in headers["X-Error-Message"]
+
+
+def test_a_warm_cache_serves_while_the_hub_is_down(fake_hub, start_cache, tmp_path):
+    files = model_files(seed=26)
+    fake_hub.add(FakeRepo("org/offline", files))
+    cache = start_cache("--ref-ttl", "0", "--auth-ttl", "0")
+    first = hf_hub_download("org/offline", SHARD, endpoint=cache.url, cache_dir=tmp_path / "a")
+    fake_hub.stop()
+    again = hf_hub_download("org/offline", SHARD, endpoint=cache.url, cache_dir=tmp_path / "b")
+    assert Path(again).read_bytes() == Path(first).read_bytes() == files[SHARD]
+
+
+def test_transfers_go_on_in_the_event_loop_when_every_sender_thread_is_busy(
+    fake_hub, tmp_path, monkeypatch
+):
+    """In-process, with no sender thread free: bytes still go out by the event loop's sendfile."""
+    files = model_files(seed=27)
+    repo = fake_hub.add(FakeRepo("org/busy", files))
+    monkeypatch.setattr(responses._SENDERS, "busy", responses._SENDERS.threads)
+    settings = Settings(
+        upstream=fake_hub.url, store=tmp_path / "store", port=free_port(), host="127.0.0.1"
+    )
+
+    async def download_twice() -> list[bytes]:
+        async with running(settings), aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{settings.port}/org/busy/resolve/{repo.commit}/{SHARD}"
+            bodies = []
+            for _ in range(2):  # a fill followed, then a stored blob
+                async with session.get(url) as response:
+                    bodies.append(await response.read())
+            return bodies
+
+    assert asyncio.run(download_twice()) == [files[SHARD]] * 2

@@ -1,0 +1,193 @@
+"""Four cache peers, each in its own network namespace (a node), found through a DNS name, as in a
+cluster with a headless Service; clients on the nodes download with the real `hf` command at once.
+
+Needs root (network namespaces). Runs hold an exclusive lock, so two runs on one machine wait for
+each other instead of colliding on the namespace prefix ``mnc`` and the subnet 10.232.0.0/24.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from multinode_llm.cache.peers import rendezvous
+from multinode_llm.local.netns import NETNS_ETC, Host, Network
+
+from tests.cache.fake_hub import FakeHub, FakeRepo
+from tests.cache.harness import CacheProcess, hf_env, model_files, wait_until
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None,
+    reason="peers run in network namespaces: needs root and iproute2",
+)
+
+PREFIX, SUBNET = "mnc", ipaddress.ip_network("10.232.0.0/24")
+LOCK = Path("/tmp/multinode-llm-cache-netns.lock")
+PORT = 8090
+PEERS_NAME = "cache-peers"  # what a headless Service's DNS name would be
+PEER_COUNT, CLIENT_COUNT = 4, 8
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    with LOCK.open("w") as lock:
+        wait_until(
+            lambda: _try_lock(lock),
+            600,
+            f"{LOCK} (another run holds the {PREFIX} network)",
+            0.5,
+        )
+        net = Network(PREFIX, SUBNET)
+        net.create()
+        try:
+            yield net
+        finally:
+            net.destroy()
+
+
+def _try_lock(lock) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@pytest.fixture
+def hub_on_bridge(network: Network) -> Iterator[FakeHub]:
+    hub = FakeHub(host=network.gateway).start()
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture
+def nodes(
+    network: Network, hub_on_bridge: FakeHub, tmp_path: Path
+) -> Iterator[list[tuple[Host, CacheProcess]]]:
+    hosts = [network.add_host(f"p{index}") for index in range(PEER_COUNT)]
+    for host in hosts:  # one name, every peer's address: what a headless Service answers
+        lines = ["127.0.0.1 localhost", *(f"{peer.ip} {PEERS_NAME}" for peer in hosts)]
+        (NETNS_ETC / host.namespace).mkdir(parents=True, exist_ok=True)
+        (NETNS_ETC / host.namespace / "hosts").write_text("\n".join(lines) + "\n")
+    caches = [
+        CacheProcess(
+            hub_on_bridge.url,
+            tmp_path / f"store-{host.namespace}",
+            tmp_path / f"{host.namespace}.log",
+            host=host.ip,
+            port=PORT,
+            args=["--peers", PEERS_NAME, "--advertise-address", host.ip],
+            prefix=host.command([]),
+        )
+        for host in hosts
+    ]
+    try:
+        for cache in caches:
+            cache.wait_ready()
+        for cache in caches:
+            wait_until(
+                lambda c=cache: c.metrics()["peers_live"] == PEER_COUNT,
+                30,
+                f"{cache.url} to see every peer",
+            )
+        yield list(zip(hosts, caches, strict=True))
+    finally:
+        for cache in caches:
+            cache.stop()
+            print(f"--- {cache.log_path.name} ---\n{cache.log_tail(25)}")
+
+
+def start_client(
+    host: Host, cache: CacheProcess, repo_id: str, workdir: Path
+) -> subprocess.Popen[bytes]:
+    hf = shutil.which("hf", path=str(Path(sys.executable).parent)) or "hf"
+    workdir.mkdir(parents=True)
+    return subprocess.Popen(
+        host.command([hf, "download", repo_id, "--local-dir", str(workdir / "model")]),
+        env=hf_env(cache.url, workdir / "home"),
+        stdout=(workdir / "out.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def finish(
+    clients: list[subprocess.Popen[bytes]],
+    workdirs: list[Path],
+    files: dict[str, bytes],
+) -> None:
+    deadline = time.monotonic() + 240
+    for client, workdir in zip(clients, workdirs, strict=True):
+        try:
+            client.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client.wait()
+        log = (workdir / "out.log").read_text(errors="replace")[-2000:]
+        assert client.returncode == 0, f"client in {workdir.name} failed:\n{log}"
+        for path, content in files.items():
+            assert (workdir / "model" / path).read_bytes() == content, (
+                f"{workdir.name}: {path} differs"
+            )
+
+
+def test_four_peers_and_eight_clients_fetch_each_blob_from_upstream_once(
+    nodes, hub_on_bridge, tmp_path
+):
+    files = model_files(seed=30, shard_size=16 << 20)
+    hub_on_bridge.add(FakeRepo("org/fanout", files))
+    workdirs = [tmp_path / f"client{index}" for index in range(CLIENT_COUNT)]
+    clients = [
+        start_client(*nodes[index % PEER_COUNT], "org/fanout", workdir)
+        for index, workdir in enumerate(workdirs)
+    ]
+    finish(clients, workdirs, files)
+
+    model_size = sum(map(len, files.values()))
+    upstream_bytes = hub_on_bridge.blob_bytes.total()
+    ratio = upstream_bytes / model_size
+    print(f"four peers, eight clients: upstream bytes / model size = {ratio:.3f}")
+    assert dict(hub_on_bridge.blob_gets) == dict.fromkeys(files, 1), (
+        "a blob was fetched upstream twice"
+    )
+    assert upstream_bytes == model_size
+    peer_bytes = sum(cache.metrics()["peer_bytes_total"] for _, cache in nodes)
+    assert peer_bytes > 0, "no node fetched from a peer: every node went upstream"
+
+
+def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(nodes, hub_on_bridge, tmp_path):
+    files = model_files(seed=31, shard_size=24 << 20)
+    big = "model-00001-of-00002.safetensors"
+    hub_on_bridge.add(FakeRepo("org/survive", files))
+    hub_on_bridge.bytes_per_second = 6 << 20  # about 4 s for the big blob: time to kill its owner
+    key = f"sha256:{hashlib.sha256(files[big]).hexdigest()}"
+    owner = rendezvous(key, [f"{host.ip}:{PORT}" for host, _ in nodes])[0]
+    victim = next(cache for host, cache in nodes if f"{host.ip}:{PORT}" == owner)
+    survivors = [node for node in nodes if node[1] is not victim]
+
+    workdirs = [tmp_path / f"client{index}" for index in range(CLIENT_COUNT)]
+    clients = [
+        start_client(*survivors[index % len(survivors)], "org/survive", workdir)
+        for index, workdir in enumerate(workdirs)
+    ]
+    wait_until(
+        lambda: hub_on_bridge.blob_bytes[big] >= 6 << 20,
+        120,
+        "the owner to be mid-transfer",
+    )
+    victim.kill()
+    finish(clients, workdirs, files)
+
+    size = len(files[big])
+    ratio = hub_on_bridge.blob_bytes[big] / size
+    print(f"owner killed mid-transfer: upstream bytes of the big blob / its size = {ratio:.3f}")
+    assert hub_on_bridge.blob_bytes[big] < 2 * size, "the heir started over instead of resuming"
+    assert sum(cache.metrics()["peer_retries_total"] for _, cache in survivors) >= 1

@@ -1,0 +1,244 @@
+"""Pods on one machine for the runtime tests: each a network namespace running one supervisor.
+
+A ``Pod`` is what Kubernetes would run: `multinode-llm head` or `multinode-llm worker` in its own
+network namespace (``multinode_llm.local.netns``), with the environment KServe would inject, its
+own Ray temp dir, and its log in a file. Killing a pod kills every process in its namespace (as a
+node failure would); stopping it sends SIGTERM to the supervisor (as kubelet would).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from multinode_llm.local.netns import NETNS_ETC, Host, Network
+
+SUBNET = ipaddress.ip_network("10.231.0.0/24")  # the runtime's, by team rule
+NETWORK_LOCK = "/tmp/multinode-llm-runtime-net.lock"  # two runs must not share the subnet
+VLLM_LOCK = "/tmp/multinode-llm-vllm.lock"  # one vLLM group on the machine at a time
+NAMESPACE = "default"
+HEAD_SVC = "tiny-head-1"
+HEAD_FQDN = f"{HEAD_SVC}.{NAMESPACE}.svc.cluster.local"
+STATUS_PORT = 8081
+HTTP_PORT = 8080
+
+
+@contextlib.contextmanager
+def file_lock(path: str) -> Iterator[None]:
+    """Hold an exclusive flock(2) on ``path``: the same lock `flock PATH command` takes."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass
+class Pod:
+    name: str
+    host: Host
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    temp_dir: Path
+    role: str
+    args: tuple[str, ...]
+    env: dict[str, str]
+
+    @property
+    def ip(self) -> str:
+        return self.host.ip
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def get(self, path: str, port: int = STATUS_PORT, timeout: float = 2.0) -> tuple[int, Any]:
+        """GET http://<pod>:<port><path> from the host: (status, JSON or text); (0, error): down."""
+        try:
+            with urllib.request.urlopen(
+                f"http://{self.ip}:{port}{path}", timeout=timeout
+            ) as answer:
+                return answer.status, _parse(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, _parse(error.read())
+        except OSError as error:
+            return 0, str(error)
+
+    def wait_exit(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM the supervisor (kubelet stopping the container) and wait for it."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL every process in the pod's namespace: the pod's node is gone."""
+        kill_namespace(self.host.namespace)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+
+@dataclass
+class Cluster:
+    """A private network of pods; ``close()`` removes everything it started and created."""
+
+    network: Network
+    env: dict[str, str] = field(default_factory=dict)  # added to every pod's environment
+    pods: list[Pod] = field(default_factory=list)
+
+    def start(self, name: str, role: str, env: Mapping[str, str], *args: str) -> Pod:
+        host = self.network.add_host(name)
+        head = self.network.hosts.get("head")
+        self.network.set_hosts(host, {HEAD_FQDN: head.ip} if head else {})
+        # Names outside /etc/hosts fail at once, not by asking a DNS server outside the namespaces.
+        (NETNS_ETC / host.namespace / "resolv.conf").write_text("nameserver 127.0.0.1\n")
+        temp_dir = Path(tempfile.mkdtemp(prefix=f"{self.network.prefix}{name[:1]}", dir="/tmp"))
+        pod_env = {
+            **os.environ,
+            "POD_IP": host.ip,
+            "POD_NAME": name,
+            "POD_NAMESPACE": NAMESPACE,
+            "RAY_TEMP_DIR": str(temp_dir / "ray"),
+            **self.env,
+            **env,
+        }
+        log_path = temp_dir / f"{name}.log"
+        process = _run(host, role, args, pod_env, log_path)
+        pod = Pod(name, host, process, log_path, temp_dir, role, args, pod_env)
+        self.pods.append(pod)
+        return pod
+
+    def restart(self, pod: Pod) -> None:
+        """Start the pod's container again in the same namespace, as kubelet restarts it."""
+        pod.kill()
+        pod.process = _run(pod.host, pod.role, pod.args, pod.env, pod.log_path)
+
+    def close(self) -> None:
+        for pod in self.pods:
+            if pod.alive():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    pod.stop(timeout=30)
+            kill_namespace(pod.host.namespace)
+        self.network.destroy()
+        remove_links(self.network.prefix)
+        for pod in self.pods:
+            shutil.rmtree(pod.temp_dir, ignore_errors=True)
+
+
+def _run(
+    host: Host, role: str, args: tuple[str, ...], env: dict[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        argv = host.command([sys.executable, "-m", "multinode_llm", role, *args])
+        return subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def kill_namespace(namespace: str) -> None:
+    """SIGKILL every process in a network namespace until none is left (they may fork meanwhile)."""
+    for _ in range(20):
+        listing = subprocess.run(
+            ["ip", "netns", "pids", namespace],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        pids = [int(pid) for pid in listing.stdout.split()]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def remove_links(prefix: str) -> None:
+    """Delete links the prefix names that outlived their namespace (a veth goes only when its
+    namespace is freed, which can lag `ip netns delete` while killed processes exit)."""
+    for _ in range(50):
+        listing = subprocess.run(
+            ["ip", "-o", "link", "show"], capture_output=True, text=True, check=False
+        )
+        names = [line.split(":")[1].strip().split("@")[0] for line in listing.stdout.splitlines()]
+        left = [name for name in names if name.startswith(f"{prefix}-")]
+        if not left:
+            return
+        for name in left:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
+        time.sleep(0.1)
+
+
+def wait_until(
+    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
+) -> Any:
+    """Poll ``condition`` until it returns a truthy value; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def shm_files() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+def remove_new_shm(before: set[str]) -> list[str]:
+    """Remove /dev/shm files that appeared since ``before`` and that no live process holds open.
+
+    Called while the vLLM lock is held, so no other vLLM group made them meanwhile.
+    """
+    held = _open_shm_paths()
+    removed = []
+    for name in sorted(shm_files() - before):
+        path = f"/dev/shm/{name}"
+        if path not in held:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(name)
+    return removed
+
+
+def _open_shm_paths() -> set[str]:
+    held: set[str] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/"):
+                        held.add(target)
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            held.update(line.split()[-1] for line in maps if "/dev/shm/" in line)
+    return held
+
+
+def _parse(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace")

@@ -1,0 +1,147 @@
+"""Head and worker supervisors with real Ray, each in its own network namespace; no vLLM starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from runtime_harness import HEAD_SVC, Cluster, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+# A group of three whose third pod never comes: the head waits and never starts vLLM.
+WAITING_GROUP = {
+    "RAY_NODE_COUNT": "3",
+    "REQUEST_GPU_COUNT": "1",
+    "TENSOR_PARALLEL_SIZE": "1",
+    "PIPELINE_PARALLEL_SIZE": "3",
+    "MODEL_DIR": "/tmp",
+    "MODEL_NAME": "tiny",
+    "GROUP_WAIT_TIMEOUT": "300",
+}
+
+
+def _facts(pod: object) -> dict[str, object]:
+    status, body = pod.get("/status")  # type: ignore[attr-defined]
+    return body["facts"] if status == 200 else {}
+
+
+def _probe(cluster: Cluster, pod_name: str, probe: str) -> int:
+    """`multinode-llm probe PROBE` run inside the pod, as an exec probe would be."""
+    host = cluster.network.hosts[pod_name]
+    argv = host.command([sys.executable, "-m", "multinode_llm", "probe", probe])
+    return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode
+
+
+def test_worker_gives_up_when_no_head_answers(cluster: Cluster, timing: list) -> None:
+    start = time.monotonic()
+    worker = cluster.start(
+        "worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC, "GROUP_WAIT_TIMEOUT": "5"}
+    )
+    wait_until(lambda: worker.get("/live")[0] == 200, 30, "the worker's status port", interval=0.1)
+    assert worker.get("/startup")[1]["reason"] == (
+        "waiting for the head's Ray GCS at tiny-head-1.default.svc.cluster.local:6379"
+    )
+    assert worker.wait_exit(timeout=60) == 1
+    elapsed = time.monotonic() - start
+    timing.append(("worker without a head: exit after GROUP_WAIT_TIMEOUT=5", elapsed))
+    log = worker.log()
+    assert "tiny-head-1.default.svc.cluster.local:6379 did not answer within 5 s" in log
+    assert "check that the head pod runs" in log
+
+
+def test_waiting_head_answers_probes_and_stops_cleanly(cluster: Cluster) -> None:
+    head = cluster.start(
+        "head",
+        "head",
+        {**WAITING_GROUP, "RAY_NODE_COUNT": "2", "PIPELINE_PARALLEL_SIZE": "2"},
+        "--no-early-engine-start",
+    )
+    wait_until(lambda: _facts(head).get("nodes") == 1, 120, "the Ray head to register itself")
+    assert head.get("/startup")[0] == 503
+    assert head.get("/ready")[0] == 503
+    assert head.get("/live") == (
+        200,
+        {"ok": True, "reason": "Ray runs", "phase": "waiting for the group"},
+    )
+    assert _probe(cluster, "head", "live") == 0
+    assert _probe(cluster, "head", "ready") == 1
+    assert "1/2 nodes, 1/2 GPUs; waiting for 1 worker" in head.log()
+    metrics = head.get("/metrics")[1]
+    assert 'multinode_llm_group_nodes{role="head"} 1' in metrics
+    assert head.stop(timeout=60) == 0
+    assert _pids(head.host.namespace) == []  # Ray went with the supervisor
+
+
+def test_worker_joins_and_exits_when_the_head_is_killed(cluster: Cluster, timing: list) -> None:
+    head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
+    worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
+    wait_until(lambda: _facts(head).get("nodes") == 2, 180, "the worker to join the head")
+    assert "2/3 nodes, 2/3 GPUs; waiting for 1 worker" in head.log()
+    wait_until(lambda: worker.get("/ready")[0] == 200, 60, "the worker to be ready")
+    assert worker.get("/live")[0] == 200
+    assert worker.get("/startup")[1]["reason"] == (
+        "joined the head's Ray cluster at tiny-head-1.default.svc.cluster.local:6379"
+    )
+    assert _probe(cluster, "worker", "ready") == 0
+    assert head.get("/status")[1]["timeline_s"].get(f"node_joined:{worker.ip}") is not None
+
+    killed = time.monotonic()
+    head.kill()
+    wait_until(
+        lambda: worker.get("/live")[0] == 503, 30, "the worker's liveness to fail", interval=0.1
+    )
+    unlive = time.monotonic() - killed
+    assert worker.wait_exit(timeout=60) == 1
+    exited = time.monotonic() - killed
+    timing.append(("head killed -> worker liveness false", unlive))
+    timing.append(("head killed -> worker exits non-zero", exited))
+    assert "lost the head: its Ray GCS at 10.231.0.2:6379 has not answered for 5 s" in worker.log()
+    assert _pids(worker.host.namespace) == []
+
+
+def _pids(namespace: str) -> list[str]:
+    return subprocess.run(
+        ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
+    ).stdout.split()
+
+
+def test_worker_exits_when_the_head_restarts_faster_than_its_grace(
+    cluster: Cluster, timing: list
+) -> None:
+    head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
+    worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
+    wait_until(lambda: worker.get("/ready")[0] == 200, 180, "the worker to join the head")
+    restarted = time.monotonic()
+    cluster.restart(head)  # same pod, same address: a container restart, not a new pod
+    assert worker.wait_exit(timeout=60) == 1
+    timing.append(("head restarted -> worker exits non-zero", time.monotonic() - restarted))
+    log = worker.log()
+    assert "the head at 10.231.0.2 restarted (a new Ray cluster)" in log or "lost the head" in log
+
+
+def test_head_exits_when_its_ray_dies(cluster: Cluster, timing: list) -> None:
+    head = cluster.start(
+        "head", "head", {**WAITING_GROUP, "RAY_NODE_COUNT": "2"}, "--no-early-engine-start"
+    )
+    wait_until(lambda: _facts(head).get("nodes") == 1, 120, "the Ray head to register itself")
+    gcs = [pid for pid in _pids(head.host.namespace) if "gcs_server" in _cmdline(pid)]
+    assert len(gcs) == 1
+    killed = time.monotonic()
+    os.kill(int(gcs[0]), signal.SIGKILL)
+    assert head.wait_exit(timeout=60) == 1
+    timing.append(("Ray GCS killed -> head exits non-zero", time.monotonic() - killed))
+    assert "exit 1: the Ray head exited with code" in head.log().splitlines()[-1]
+    assert _pids(head.host.namespace) == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,121 @@
+"""The typed configuration: KServe's environment in, frozen settings or a one-line fix out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from multinode_llm.config import head_config, worker_config
+from multinode_llm.errors import UserError
+
+HEAD_ENV = {
+    "PIPELINE_PARALLEL_SIZE": "2",
+    "TENSOR_PARALLEL_SIZE": "4",
+    "RAY_NODE_COUNT": "2",
+    "REQUEST_GPU_COUNT": "4",
+    "MODEL_NAME": "llama",
+    "MODEL_DIR": "/mnt/models",
+    "POD_IP": "10.0.0.5",
+    "POD_NAMESPACE": "serving",
+}
+WORKER_ENV = {**HEAD_ENV, "HEAD_SVC": "llama-head-1", "ISVC_NAME": "llama"}
+
+
+def test_head_reads_what_kserve_injects() -> None:
+    config = head_config(HEAD_ENV, {})
+    assert (config.parallel.tensor, config.parallel.pipeline, config.parallel.gpus) == (4, 2, 8)
+    assert config.node.node_count == 2
+    assert config.node.gpus == 4
+    assert config.node.pod_ip == "10.0.0.5"
+    assert config.model == "/mnt/models"
+    assert config.model_is_dir
+    assert config.served_model_names == ("llama",)
+    assert config.node.ray_ports.gcs == 6379
+    assert config.node.wait_timeout_s == 600
+    assert config.node.ray_temp_dir == Path("/tmp/ray")
+    assert (config.http_port, config.node.status_port) == (8080, 8081)
+
+
+def test_flags_override_the_environment() -> None:
+    flags = {
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 3,
+        "node_count": 3,
+        "wait_timeout": 5.0,
+        "ray_port": 7000,
+        "served_model_name": ["a", "b"],
+        "model": "org/name",
+        "ray_temp_dir": "/tmp/r1",
+        "vllm_args": ["--max-model-len", "256"],
+    }
+    config = head_config(HEAD_ENV, flags)
+    assert (config.parallel.tensor, config.parallel.pipeline) == (1, 3)
+    assert config.node.node_count == 3
+    assert config.node.wait_timeout_s == 5.0
+    assert config.node.ray_ports.gcs == 7000
+    assert config.served_model_names == ("a", "b")
+    assert config.model == "org/name"
+    assert not config.model_is_dir
+    assert config.node.ray_temp_dir == Path("/tmp/r1")
+    assert config.vllm_args == ("--max-model-len", "256")
+
+
+def test_model_id_is_served_when_no_model_dir_is_given() -> None:
+    env = {key: value for key, value in HEAD_ENV.items() if key != "MODEL_DIR"}
+    assert head_config({**env, "MODEL_ID": "Qwen/Qwen2-0.5B"}, {}).model == "Qwen/Qwen2-0.5B"
+
+
+def test_wait_timeout_comes_from_group_wait_timeout() -> None:
+    assert head_config({**HEAD_ENV, "GROUP_WAIT_TIMEOUT": "42"}, {}).node.wait_timeout_s == 42
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"TENSOR_PARALLEL_SIZE": None}, "TENSOR_PARALLEL_SIZE is not set"),
+        ({"PIPELINE_PARALLEL_SIZE": "two"}, "PIPELINE_PARALLEL_SIZE='two' is not an integer"),
+        ({"RAY_NODE_COUNT": "0"}, "RAY_NODE_COUNT=0 is less than 1"),
+        ({"POD_IP": None}, "POD_IP is not set: declare it from the downward API"),
+        ({"POD_IP": "head-0"}, "POD_IP='head-0' is not an IP address"),
+        ({"RAY_PORT": "70000"}, "RAY_PORT='70000' is not a TCP port"),
+        ({"GROUP_WAIT_TIMEOUT": "soon"}, "GROUP_WAIT_TIMEOUT='soon' is not a positive number"),
+        ({"REQUEST_GPU_COUNT": "0"}, "REQUEST_GPU_COUNT=0 on the head"),
+        ({"MODEL_DIR": None}, "no model given: set MODEL_DIR"),
+    ],
+)
+def test_a_bad_environment_names_the_variable_and_the_fix(
+    change: dict[str, str | None], message: str
+) -> None:
+    env = {**HEAD_ENV, **change}
+    env = {key: value for key, value in env.items() if value is not None}
+    with pytest.raises(UserError, match="^" + message.replace("(", r"\(")) as error:
+        head_config(env, {})
+    assert "\n" not in str(error.value)
+    assert ":" in str(error.value)  # the fix follows the colon
+
+
+def test_a_bad_flag_is_named_as_the_flag() -> None:
+    with pytest.raises(UserError, match=r"^--tensor-parallel-size=0 is less than 1"):
+        head_config(HEAD_ENV, {"tensor_parallel_size": 0})
+
+
+def test_worker_finds_the_head_through_its_service() -> None:
+    config = worker_config(WORKER_ENV, {})
+    assert config.head_host == "llama-head-1.serving.svc.cluster.local"
+    assert config.head_address == "llama-head-1.serving.svc.cluster.local:6379"
+    assert config.isvc_name == "llama"
+
+
+def test_worker_head_address_flag_wins() -> None:
+    assert worker_config(WORKER_ENV, {"head_address": "10.0.0.9"}).head_address == "10.0.0.9:6379"
+
+
+def test_worker_without_head_svc_says_what_to_set() -> None:
+    env = {key: value for key, value in WORKER_ENV.items() if key != "HEAD_SVC"}
+    with pytest.raises(UserError, match=r"^HEAD_SVC is not set: KServe sets it"):
+        worker_config(env, {})
+
+
+def test_worker_may_have_no_gpus_and_needs_no_model() -> None:
+    env = {key: value for key, value in WORKER_ENV.items() if not key.startswith("MODEL")}
+    assert worker_config({**env, "REQUEST_GPU_COUNT": "0"}, {}).node.gpus == 0

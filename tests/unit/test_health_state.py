@@ -1,0 +1,128 @@
+"""What the probes answer in each state of a head and a worker."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from multinode_llm.health.state import (
+    ENGINE_SILENCE_LIMIT_S,
+    HeadFacts,
+    HealthState,
+    WorkerFacts,
+    head_probes,
+    worker_probes,
+)
+
+SERVING = HeadFacts(
+    ray_running=True,
+    engine_started=True,
+    engine_running=True,
+    engine_healthy=True,
+    model_listed=True,
+    engine_answered_once=True,
+    nodes=2,
+    expected_nodes=2,
+    gpus=2,
+    expected_gpus=2,
+    group_formed=True,
+)
+WAITING = HeadFacts(
+    ray_running=True,
+    engine_started=True,
+    engine_running=True,
+    nodes=1,
+    expected_nodes=2,
+    gpus=1,
+    expected_gpus=2,
+)
+
+
+def _answers(facts: HeadFacts) -> tuple[bool, bool, bool]:
+    probes = head_probes(facts)
+    return probes.startup.ok, probes.ready.ok, probes.live.ok
+
+
+def test_head_waiting_for_workers_is_live_but_not_started() -> None:
+    assert _answers(WAITING) == (False, False, True)
+    assert head_probes(WAITING).startup.reason == "vLLM's /health does not answer 200 yet"
+
+
+def test_head_with_engine_up_but_model_not_listed_is_not_ready() -> None:
+    facts = replace(SERVING, model_listed=False, engine_answered_once=False)
+    assert _answers(facts) == (False, False, True)
+    assert "does not list the served model" in head_probes(facts).ready.reason
+
+
+def test_serving_head_passes_every_probe() -> None:
+    assert _answers(SERVING) == (True, True, True)
+
+
+def test_lost_worker_makes_the_head_unready_and_unlive() -> None:
+    facts = replace(SERVING, lost_nodes=("10.0.0.3",))
+    assert _answers(facts) == (True, False, False)
+    assert head_probes(facts).live.reason == "2/2 nodes, 2/2 GPUs; lost node(s) 10.0.0.3"
+
+
+def test_fewer_nodes_than_expected_after_forming_is_unlive() -> None:
+    assert _answers(replace(SERVING, nodes=1, gpus=1)) == (True, False, False)
+
+
+def test_engine_silent_too_long_is_unlive_but_briefly_silent_is_live() -> None:
+    assert not head_probes(
+        replace(SERVING, engine_healthy=False, engine_silent_s=ENGINE_SILENCE_LIMIT_S + 1)
+    ).live.ok
+    brief = replace(SERVING, engine_healthy=False, engine_silent_s=3)
+    assert _answers(brief) == (True, False, True)
+
+
+def test_head_that_starts_vllm_after_the_group_is_live_while_waiting() -> None:
+    facts = HeadFacts(ray_running=True, nodes=1, expected_nodes=2, gpus=1, expected_gpus=2)
+    assert _answers(facts) == (False, False, True)
+    assert head_probes(facts).live.reason == "Ray runs"
+
+
+def test_dead_engine_or_ray_is_unlive() -> None:
+    assert head_probes(replace(SERVING, engine_running=False)).live.reason == "vLLM is not running"
+    assert (
+        head_probes(replace(SERVING, ray_running=False)).live.reason
+        == "the Ray head is not running"
+    )
+
+
+def test_worker_states() -> None:
+    joining = worker_probes(WorkerFacts(ray_started=True, ray_running=True, head="h:6379"))
+    assert (joining.startup.ok, joining.ready.ok, joining.live.ok) == (False, False, True)
+    joined = worker_probes(
+        WorkerFacts(
+            ray_started=True, ray_running=True, joined=True, head_reachable=True, head="h:6379"
+        )
+    )
+    assert (joined.startup.ok, joined.ready.ok, joined.live.ok) == (True, True, True)
+    lost = worker_probes(
+        WorkerFacts(
+            ray_started=True, ray_running=True, joined=True, head_reachable=False, head="h:6379"
+        )
+    )
+    assert (lost.ready.ok, lost.live.ok) == (False, False)
+    assert lost.live.reason == "the head's Ray GCS at h:6379 does not answer"
+    down = worker_probes(WorkerFacts(ray_started=True, ray_running=False))
+    assert not down.live.ok
+    waiting = worker_probes(WorkerFacts(head="h:6379"))
+    assert (waiting.startup.ok, waiting.ready.ok, waiting.live.ok) == (False, False, True)
+    assert waiting.startup.reason == "waiting for the head's Ray GCS at h:6379"
+
+
+def test_state_keeps_first_event_times_and_exposes_metrics() -> None:
+    state = HealthState(role="head")
+    state.mark("group_complete")
+    first = state.timeline["group_complete"]
+    state.mark("group_complete")
+    assert state.timeline["group_complete"] == first
+    state.update(SERVING)
+    text = state.metrics()
+    assert 'multinode_llm_probe_ok{role="head",probe="live"} 1' in text
+    assert 'multinode_llm_group_nodes{role="head"} 2' in text
+    assert 'multinode_llm_event_seconds{role="head",event="group_complete"}' in text
+    status = state.status()
+    assert status["probes"]["ready"]["ok"] is True
+    assert status["facts"]["nodes"] == 2
