@@ -29,7 +29,8 @@ def demo(prefix: str, prompt: str, max_tokens: int) -> int:
             "the demo needs the openai client: pip install openai (tox -e demo brings it)"
         ) from None
     signal.signal(signal.SIGTERM, _interrupt)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+    for client_log in ("httpx", "httpx2"):  # one line per request is noise here
+        logging.getLogger(client_log).setLevel(logging.WARNING)
     started = time.monotonic()
     plan: ClusterPlan | None = None
     try:
@@ -47,7 +48,7 @@ def demo(prefix: str, prompt: str, max_tokens: int) -> int:
         print(f"served by {len(plan.pods)} pods: {pods}")
         tokens = reply.usage.completion_tokens if reply.usage else "?"
         print(f"answer ({tokens} tokens from a random-weight model):")
-        print(reply.choices[0].message.content)
+        print(reply.choices[0].message.content, flush=True)
         return 0
     except BaseException:
         if plan is not None:
