@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 
@@ -200,3 +202,27 @@ def test_bad_flags_are_refused_with_the_fix(tmp_path, flags, message):
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert message in result.stderr, result.stderr
+
+
+# Root may write anywhere: for root the store is made read-only in a private mount namespace.
+READ_ONLY_STORE = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0 and shutil.which("unshare") is None,
+    reason="as root, an unwritable store needs a read-only mount: unshare(1) is missing",
+)
+def test_a_store_the_uid_cannot_write_is_refused_naming_the_owner_it_needs(tmp_path):
+    # As the chart's hostPath store is when the node's directory belongs to another user.
+    store = tmp_path / "store"
+    store.mkdir()
+    store.chmod(0o555)
+    prefix = ["unshare", "--mount", "sh", "-c", READ_ONLY_STORE, str(store)]
+    command = [sys.executable, "-m", "multinode_llm", "cache", "serve", "--store", str(store)]
+    if os.geteuid() == 0:
+        command = prefix + command
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    uid = os.geteuid()
+    assert result.returncode == 2, result.stderr
+    assert f"is not writable by uid {uid}" in result.stderr, result.stderr
+    assert f"a hostPath must be owned by uid {uid}" in result.stderr, result.stderr

@@ -96,5 +96,11 @@ def test_the_values_table_lists_the_fixed_values_api() -> None:
         "shm.sizeLimit",
         "ray.port",
         "vllm.args",
+        "modelCache.enabled",
+        "modelCache.endpoint",
+        "modelCache.upstream",
+        "modelCache.store.type",
+        "modelCache.store.size",
+        "modelCache.storageContainer.enabled",
     }
     assert fixed <= keys, fixed - keys

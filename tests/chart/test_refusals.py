@@ -149,9 +149,63 @@ TABLE: dict[str, Refusal] = {
         "model.storage.existingClaim",
         "set model.uri=pvc://models/PATH",
     ),
-    "model cache not yet available": Refusal(
-        {"modelCache": {"enabled": True}}, "modelCache.enabled", "set modelCache.endpoint"
+    # the model cache
+    "model cache in the release whose download Job would use it": Refusal(
+        {"modelCache": {"enabled": True}},
+        "modelCache.enabled",
+        "run the cache in its own release",
     ),
+    "model cache run and pointed at at once": Refusal(
+        {
+            "model": {"uri": "pvc://models/llama"},
+            "modelCache": {"enabled": True, "endpoint": "http://hub:8090"},
+        },
+        "modelCache.endpoint",
+        "unset modelCache.endpoint, or set modelCache.enabled=false",
+    ),
+    "storage container without the cache": Refusal(
+        {"modelCache": {"storageContainer": {"enabled": True}}},
+        "modelCache.storageContainer.enabled",
+        "set modelCache.enabled=true",
+    ),
+    "store below 1Gi": Refusal(
+        {
+            "model": {"uri": "pvc://models/llama"},
+            "modelCache": {"enabled": True, "store": {"size": "512Mi"}},
+        },
+        "modelCache.store.size",
+        "is below 1Gi",
+    ),
+    "store size without a unit": schema(
+        {"modelCache": {"store": {"size": "500"}}}, "modelCache.store.size"
+    ),
+    "store size in GB": schema(
+        {"modelCache": {"store": {"size": "500GB"}}}, "modelCache.store.size"
+    ),
+    "store size in a unit the cache cannot read": schema(
+        {"modelCache": {"store": {"size": "1Pi"}}}, "modelCache.store.size"
+    ),
+    "unknown store type": schema(
+        {"modelCache": {"store": {"type": "pvc"}}}, "modelCache.store.type"
+    ),
+    "relative hostPath store": schema(
+        {"modelCache": {"store": {"hostPath": "var/cache"}}}, "modelCache.store.hostPath"
+    ),
+    "storage container for s3": schema(
+        {"modelCache": {"storageContainer": {"uriFormats": [{"prefix": "s3://"}]}}},
+        "modelCache.storageContainer.uriFormats",
+    ),
+    "storage container regex not anchored at hf://": schema(
+        {"modelCache": {"storageContainer": {"uriFormats": [{"regex": "hf://org/.*"}]}}},
+        "modelCache.storageContainer.uriFormats",
+    ),
+    "upstream without a scheme": schema(
+        {"modelCache": {"upstream": "huggingface.co"}}, "modelCache.upstream"
+    ),
+    "upstream with a query": schema(
+        {"modelCache": {"upstream": "https://huggingface.co/?a=1"}}, "modelCache.upstream"
+    ),
+    "typo inside modelCache": schema({"modelCache": {"enable": True}}, "enable"),
     # replicas, modes, autoscaler, version
     "two heads": schema({"inferenceService": {"minReplicas": 2}}, "inferenceService.minReplicas"),
     "max replicas 3": schema(

@@ -9,6 +9,10 @@ import pytest
 from chartlib import deep_merge, helm, install_dry_run, load_values_file, scenarios, template
 
 SCENARIOS = scenarios()
+# Scenarios that serve a model (a release may run only the model cache: test_cache.py).
+MODEL_SCENARIOS = {
+    n: p for n, p in SCENARIOS.items() if load_values_file(p).get("model", {}).get("uri")
+}
 STANDARD_GPUS = {"nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi"}
 
 
@@ -30,14 +34,20 @@ def scenario(request: pytest.FixtureRequest) -> tuple[str, Path]:
     return request.param, SCENARIOS[request.param]
 
 
+@pytest.fixture(params=sorted(MODEL_SCENARIOS))
+def model_scenario(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    return request.param, MODEL_SCENARIOS[request.param]
+
+
 def test_the_scenario_matrix_is_not_empty() -> None:
-    assert len(SCENARIOS) >= 5, SCENARIOS
+    assert len(MODEL_SCENARIOS) >= 5, MODEL_SCENARIOS
+    assert set(SCENARIOS) - set(MODEL_SCENARIOS) == {"model-cache"}
 
 
 def test_head_and_every_worker_request_and_limit_exactly_tensor_gpus(
-    major: str, scenario: tuple[str, Path]
+    major: str, model_scenario: tuple[str, Path]
 ) -> None:
-    _, path = scenario
+    _, path = model_scenario
     want = chart_values(path)
     isvc = template(major, [path]).one("InferenceService")
     predictor = isvc["spec"]["predictor"]
@@ -52,9 +62,9 @@ def test_head_and_every_worker_request_and_limit_exactly_tensor_gpus(
 
 
 def test_the_isvc_is_one_head_in_raw_mode_with_the_autoscaler_class_of_its_kserve(
-    major: str, scenario: tuple[str, Path]
+    major: str, model_scenario: tuple[str, Path]
 ) -> None:
-    _, path = scenario
+    _, path = model_scenario
     want = chart_values(path)
     isvc = template(major, [path]).one("InferenceService")
     annotations = isvc["metadata"]["annotations"]
@@ -67,9 +77,9 @@ def test_the_isvc_is_one_head_in_raw_mode_with_the_autoscaler_class_of_its_kserv
 
 
 def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
-    major: str, scenario: tuple[str, Path]
+    major: str, model_scenario: tuple[str, Path]
 ) -> None:
-    _, path = scenario
+    _, path = model_scenario
     want = chart_values(path)
     render = template(major, [path])
     kind = "ClusterServingRuntime" if want["scope"] == "Cluster" else "ServingRuntime"
@@ -141,7 +151,7 @@ def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major:
     assert render.of_kind("PersistentVolumeClaim") == [], "an existing claim must not be created"
     [container] = render.one("Job")["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["HF_ENDPOINT"] == "http://hub-cache.model-cache.svc.cluster.local:8090"
+    assert env["HF_ENDPOINT"] == "http://hub-multinode-llm-cache.model-cache.svc.cluster.local:8090"
     assert env["HF_HUB_DISABLE_XET"] == "1"
     # The token comes from the Secret as a file, never as an env value.
     assert "HF_TOKEN" not in env

@@ -12,7 +12,15 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-from chartlib import KSERVE_KINDS, KUBE_HIGHEST, KUBE_LOWEST, SCHEMAS, scenarios, template
+from chartlib import (
+    KSERVE_KINDS,
+    KUBE_HIGHEST,
+    KUBE_LOWEST,
+    SCHEMAS,
+    load_values_file,
+    scenarios,
+    template,
+)
 from crdschema import crd_schemas
 from referencing import Registry, Resource
 
@@ -69,9 +77,22 @@ def test_core_objects_are_valid_for_the_lowest_and_highest_kubernetes(
         kubernetes_validate.validate(doc, version, strict=True)
 
 
+def expected_kserve_kinds(name: str) -> set[str]:
+    """The InferenceService where the scenario serves a model, the ClusterStorageContainer where
+    it renders one."""
+    values = load_values_file(SCENARIOS[name])
+    kinds = set()
+    if values.get("model", {}).get("uri"):
+        kinds.add("InferenceService")
+    if values.get("modelCache", {}).get("storageContainer", {}).get("enabled"):
+        kinds.add("ClusterStorageContainer")
+    return kinds
+
+
 def test_kserve_objects_are_valid_under_our_schemas(major: str, scenario: str) -> None:
     kserve = [d for d in rendered(major, scenario) if d["kind"] in KSERVE_KINDS]
-    assert {d["kind"] for d in kserve} >= {"InferenceService"}
+    assert kserve, "no KServe object rendered"
+    assert {d["kind"] for d in kserve} >= expected_kserve_kinds(scenario)
     for doc in kserve:
         assert our_errors(doc) == [], doc["kind"]
 
@@ -168,6 +189,9 @@ def test_our_storage_container_schema_accepts_an_hf_downloader_and_refuses_a_typ
     }
     assert our_errors(csc) == []
     assert our_errors(mutated(csc, ["spec", "supportedUriFormat"], [{"prefix": "hf://"}]))
+    # `disabled` sits beside spec in the CRD, not inside it.
+    assert our_errors(mutated(csc, ["disabled"], True)) == []
+    assert our_errors(mutated(csc, ["spec", "disabled"], True))
 
 
 @pytest.mark.parametrize("kube_version", [KUBE_LOWEST, KUBE_HIGHEST])

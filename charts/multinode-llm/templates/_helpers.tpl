@@ -43,14 +43,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: multinode-llm
 {{- end }}
 
-{{- /* Runtime image reference; a digest pins it. Context: root. */}}
-{{- define "multinode-llm.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag }}
-{{- if .Values.image.digest }}
-{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- /* An image reference from {repository, tag, digest} values; the tag defaults to appVersion and
+a digest pins it. Context: dict "image" <image values> "root" $. */}}
+{{- define "multinode-llm.imageRef" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- if .image.digest }}
+{{- printf "%s:%s@%s" .image.repository $tag .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" .image.repository $tag }}
 {{- end }}
+{{- end }}
+
+{{- /* Runtime image reference. Context: root. */}}
+{{- define "multinode-llm.image" -}}
+{{- include "multinode-llm.imageRef" (dict "image" .Values.image "root" .) }}
+{{- end }}
+
+{{- /* Storage initializer image (the download Job and the ClusterStorageContainer): v + kserve.version
+unless download.image.tag is set. Context: root. */}}
+{{- define "multinode-llm.storageInitializerImage" -}}
+{{- printf "%s:%s" .Values.download.image.repository (default (printf "v%s" (include "multinode-llm.kserveVersion" .)) .Values.download.image.tag) }}
 {{- end }}
 
 {{- /* Name clients send as "model" (--served-model-name). Context: root. */}}
@@ -101,6 +113,11 @@ serving.kserve.io/inferenceservice: {{ include "multinode-llm.fullname" . }}
 {{- dict "org" (regexReplaceAll $re .Values.model.uri "${1}") "name" (regexReplaceAll $re .Values.model.uri "${2}") "revision" (default "main" $rev) | toJson }}
 {{- end }}
 
+{{- /* True when the release serves a model (a release may run only the model cache). Context: root. */}}
+{{- define "multinode-llm.hasModel" -}}
+{{- if .Values.model.uri }}true{{ end }}
+{{- end }}
+
 {{- /* True ("true") when the chart stages an hf:// model onto a volume. Context: root. */}}
 {{- define "multinode-llm.stagesModel" -}}
 {{- if eq (include "multinode-llm.modelScheme" .) "hf" }}true{{ end }}
@@ -134,6 +151,58 @@ serving.kserve.io/inferenceservice: {{ include "multinode-llm.fullname" . }}
 {{- .Values.model.uri }}
 {{- end }}
 {{- end }}
+
+{{- /* Name of the cache's DaemonSet, its node-local Service and its NetworkPolicy. Context: root. */}}
+{{- define "multinode-llm.cacheName" -}}
+{{- printf "%s-cache" (include "multinode-llm.fullname" .) }}
+{{- end }}
+
+{{- /* Labels that select the cache pods. Context: root. */}}
+{{- define "multinode-llm.cacheSelectorLabels" -}}
+{{ include "multinode-llm.selectorLabels" . }}
+app.kubernetes.io/component: model-cache
+{{- end }}
+
+{{- /* DNS name of the headless Service whose addresses are the cache pods (the peers). Context: root. */}}
+{{- define "multinode-llm.cachePeersHost" -}}
+{{- printf "%s-peers.%s.svc.cluster.local" (include "multinode-llm.cacheName" .) .Release.Namespace }}
+{{- end }}
+
+{{- /* HF_ENDPOINT of the cache's clients: the node-local Service, answered by the cache on the
+client's own node. Context: root. */}}
+{{- define "multinode-llm.cacheEndpoint" -}}
+{{- printf "http://%s.%s.svc.cluster.local:8090" (include "multinode-llm.cacheName" .) .Release.Namespace }}
+{{- end }}
+
+{{- /* Name of the ClusterStorageContainer. Context: root. */}}
+{{- define "multinode-llm.storageContainerName" -}}
+{{- default (printf "%s-hf" (include "multinode-llm.fullname" .)) .Values.modelCache.storageContainer.name }}
+{{- end }}
+
+{{- /* TCP port of modelCache.upstream: the explicit one, else 443 for https and 80 for http. Context: root. */}}
+{{- define "multinode-llm.upstreamPort" -}}
+{{- $url := urlParse .Values.modelCache.upstream }}
+{{- $port := regexFind ":[0-9]+$" $url.host | trimPrefix ":" }}
+{{- default (ternary "443" "80" (eq $url.scheme "https")) $port }}
+{{- end }}
+
+{{- /* Bytes in a quantity with one of the units values.schema.json admits for the store size
+(Ki, Mi, Gi, Ti, k, M, G, T). Context: the quantity string. */}}
+{{- define "multinode-llm.quantityBytes" -}}
+{{- $units := dict "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "" 1.0 }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . }}
+{{- $unit := trimPrefix $number . }}
+{{- mulf (float64 $number) (get $units $unit) | ceil | int64 }}
+{{- end }}
+
+{{- /* The kubelet's size limit of an emptyDir store: the store size plus 5% (at least 1Gi) for the
+metadata and filesystem overhead beside the blobs, so that eviction by the cache, never by the
+kubelet, keeps it in bounds. In Mi. Context: root. */}}
+{{- define "multinode-llm.cacheStoreSizeLimit" -}}
+{{- $bytes := include "multinode-llm.quantityBytes" .Values.modelCache.store.size | float64 }}
+{{- $headroom := max (divf $bytes 20 | ceil | int64) 1073741824 }}
+{{- printf "%dMi" (divf (addf $bytes $headroom) 1048576 | ceil | int64) }}
+{{- end }} {{- /* define "multinode-llm.cacheStoreSizeLimit" */}}
 
 {{- /* The GPU types KServe knows without the gpu-resource-types annotation. */}}
 {{- define "multinode-llm.standardGpuTypes" -}}
@@ -305,7 +374,9 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $uri := $v.model.uri }}
 {{- $scheme := include "multinode-llm.modelScheme" . }}
 {{- if not $uri }}
-{{- $errors = append $errors "model.uri is required: set it to hf://ORG/NAME[:REVISION] (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct), pvc://CLAIM/PATH or oci://REGISTRY/REPO:TAG" }}
+{{- if not $v.modelCache.enabled }}
+{{- $errors = append $errors "model.uri is required: set it to hf://ORG/NAME[:REVISION] (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct), pvc://CLAIM/PATH or oci://REGISTRY/REPO:TAG (only a release that runs the model cache, modelCache.enabled=true, may leave it empty)" }}
+{{- end }}
 {{- else if eq $scheme "hf" }}
 {{- if not (regexMatch (include "multinode-llm.hfPattern" .) $uri) }}
 {{- $errors = append $errors (printf "model.uri=%s is not a valid Hugging Face URI: use hf://ORG/NAME or hf://ORG/NAME:REVISION (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct); the revision may not contain '/'" $uri) }}
@@ -327,8 +398,23 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- if and (include "multinode-llm.createsClaim" .) (not (has "ReadWriteMany" $v.model.storage.accessModes)) }}
 {{- $errors = append $errors (printf "model.storage.accessModes=%s lacks ReadWriteMany: the head and the workers mount the model volume from different nodes; add ReadWriteMany and pick a model.storage.storageClassName that offers it (NFS, CephFS, EFS, Filestore, Azure Files)" (toJson $v.model.storage.accessModes)) }}
 {{- end }}
-{{- if $v.modelCache.enabled }}
-{{- $errors = append $errors "modelCache.enabled=true: the in-cluster model cache is not available in this chart version yet; set modelCache.enabled=false and, to download through a cache you already run, set modelCache.endpoint to its URL" }}
+
+{{- /* the model cache: a release runs one or uses one; the staging Job runs before its own release's objects */}}
+{{- $cache := $v.modelCache }}
+{{- if and $cache.enabled $cache.endpoint }}
+{{- $errors = append $errors (printf "modelCache.endpoint=%s with modelCache.enabled=true: a release either runs the cache (enabled) or downloads through one already running (endpoint); unset modelCache.endpoint, or set modelCache.enabled=false" $cache.endpoint) }}
+{{- end }}
+{{- if and $cache.enabled (include "multinode-llm.stagesModel" .) }}
+{{- $errors = append $errors (printf "modelCache.enabled=true with model.uri=%s: the download Job is a pre-install/pre-upgrade hook (PreSync in Argo CD), so it runs before any object of its own release exists and cannot use a cache this release starts; run the cache in its own release (helm install hub ./charts/multinode-llm -n model-cache --set modelCache.enabled=true), then set modelCache.endpoint here to the URL its notes print and modelCache.enabled=false" $uri) }}
+{{- end }}
+{{- if and $cache.storageContainer.enabled (not $cache.enabled) }}
+{{- $errors = append $errors "modelCache.storageContainer.enabled=true points KServe's storage initializer at the cache this release runs, but modelCache.enabled=false; set modelCache.enabled=true, or render the storage container in the release that runs the cache" }}
+{{- end }}
+{{- if $cache.enabled }}
+{{- $storeBytes := include "multinode-llm.quantityBytes" $cache.store.size | int64 }}
+{{- if lt $storeBytes 1073741824 }}
+{{- $errors = append $errors (printf "modelCache.store.size=%s is below 1Gi: a blob larger than the store is refused (model shards weigh up to 10 GB); give each node's store room for the largest model you serve, e.g. 500Gi" $cache.store.size) }}
+{{- end }}
 {{- end }}
 
 {{- /* GPUs: a type KServe accepts, counted the way KServe counts */}}

@@ -121,7 +121,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if not os.access(args.store, os.W_OK):
         raise UserError(
             f"--store {str(args.store)!r} is not writable by uid {os.getuid()}: "
-            "mount a writable volume there"
+            f"mount a writable volume there (a hostPath must be owned by uid {os.getuid()})"
         )
     return Settings(
         upstream=args.upstream.rstrip("/"),
