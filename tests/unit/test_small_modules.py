@@ -48,3 +48,7 @@ def test_gpu_mock_plugin_is_registered_for_vllm() -> None:
 
     names = {entry.value for entry in entry_points(group="vllm.platform_plugins")}
     assert "multinode_llm.local.gpu_mock:register" in names
+
+
+def test_gpu_mock_names_a_communicator_that_keeps_shared_memory_inside_a_pod() -> None:
+    assert gpu_mock.COMMUNICATOR == "multinode_llm.local.gpu_mock.PodLocalCommunicator"

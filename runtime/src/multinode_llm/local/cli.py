@@ -1,14 +1,226 @@
-"""The local cluster's subcommands (not built yet)."""
+"""``multinode-llm local ...``: the chart's pods on this machine (parsing and dispatch only)."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
 
 from multinode_llm.errors import UserError
+from multinode_llm.local import cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser
+    commands = parser.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
+
+    up = commands.add_parser(
+        "up", help="render the chart and run its pods; return when the head is Ready"
+    )
+    up.add_argument(
+        "-f",
+        "--values",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="VALUES",
+        help="values file for the chart (repeatable); default: the built-in local values "
+        "(tiny generated model, pipeline 2, tensor 1)",
+    )
+    up.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a chart value, as helm --set does (repeatable)",
+    )
+    up.add_argument(
+        "--volume",
+        dest="volumes",
+        action="append",
+        default=[],
+        metavar="CLAIM=DIR",
+        help="the local directory standing in for a PersistentVolumeClaim (repeatable); default: "
+        "~/.cache/multinode-llm/volumes/CLAIM",
+    )
+    up.add_argument(
+        "--port",
+        type=int,
+        default=cluster.DEFAULT_PORT,
+        help="host port forwarded to the head's Service (0 picks a free one); default %(default)s",
+    )
+    up.add_argument(
+        "--node-gpus",
+        type=int,
+        default=0,
+        help="mocked GPUs of the one local node (pods that do not fit stay Pending); "
+        "default 0: unlimited",
+    )
+    up.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long to wait for the head to be Ready; "
+        "default: the head's startup probe budget + 60 s",
+    )
+    up.add_argument(
+        "--release", default=cluster.DEFAULT_RELEASE, help="helm release name; default %(default)s"
+    )
+    up.add_argument(
+        "--chart",
+        type=Path,
+        default=None,
+        help="chart directory; default: the checkout's charts/multinode-llm",
+    )
+    up.add_argument(
+        "--helm", type=Path, default=None, help="helm binary; default: .tools/bin/helm, then PATH"
+    )
+    _add_network_arguments(up, with_subnet=True)
+
+    status = commands.add_parser("status", help="pods, IPs, readiness and restarts")
+    status.add_argument("--json", action="store_true", help="print the kubelet's status as JSON")
+    _add_network_arguments(status)
+
+    down = commands.add_parser(
+        "down", help="stop every pod and remove what the cluster made (safe to repeat)"
+    )
+    _add_network_arguments(down)
+
+    make_model = commands.add_parser(
+        "make-model", help="write the tiny random-weight Llama and its tokenizer"
+    )
+    make_model.add_argument("directory", type=Path, metavar="DIR")
+
+    demo = commands.add_parser(
+        "demo", help="up with the built-in values, one chat completion, down"
+    )
+    demo.add_argument(
+        "--prompt",
+        default="Say hello to the pipeline.",
+        help="the chat message; default: %(default)s",
+    )
+    demo.add_argument(
+        "--max-tokens", type=int, default=24, help="tokens to generate; default %(default)s"
+    )
+    _add_network_arguments(demo)
+
+    exec_ = commands.add_parser(
+        "exec", help="run a command in a pod's container (like kubectl exec)"
+    )
+    exec_.add_argument("pod", help="pod name, or head / worker")
+    exec_.add_argument("-c", "--container", default=None, help="container name; default: the first")
+    exec_.add_argument("argv", nargs=argparse.REMAINDER, help="the command, after --")
+    _add_network_arguments(exec_)
 
 
 def run(args: argparse.Namespace) -> int:
-    del args
-    raise UserError("this subcommand is not built yet")
+    command = args.local_command
+    if command == "up":
+        plan = cluster.up(_up_options(args), progress=_progress)
+        print(f"OpenAI API of {plan.isvc} ({len(plan.pods)} pods; `multinode-llm local status`):")
+        print(plan.url)
+        return 0
+    if command == "status":
+        return _status(args.prefix, args.json)
+    if command == "down":
+        removed = cluster.down(args.prefix)
+        print(
+            "removed: " + ", ".join(removed)
+            if removed
+            else f"nothing to remove for prefix {args.prefix}"
+        )
+        return 0
+    if command == "make-model":
+        cluster.make_model(args.directory)
+        print(args.directory)
+        return 0
+    if command == "demo":
+        from multinode_llm.local.demo import demo
+
+        return demo(args.prefix, args.prompt, args.max_tokens)
+    if command == "exec":
+        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        if not argv:
+            raise UserError(
+                "exec needs a command after --, for example: local exec head -- ray status"
+            )
+        command_line = cluster.exec_in_pod(args.prefix, args.pod, argv, args.container)
+        os.execvp(command_line[0], command_line)  # noqa: S606 - exec is the point
+    raise UserError(f"unknown local command {command!r}")
+
+
+def _up_options(args: argparse.Namespace) -> cluster.UpOptions:
+    volumes = {}
+    for item in args.volumes:
+        claim, sep, directory = item.partition("=")
+        if not sep or not claim or not directory:
+            raise UserError(
+                f"--volume {item!r} is not CLAIM=DIR: write it like --volume models=/srv/models"
+            )
+        volumes[claim] = Path(directory).resolve()
+    return cluster.UpOptions(
+        values=args.values,
+        sets=args.sets,
+        volumes=volumes,
+        prefix=args.prefix,
+        subnet=args.subnet,
+        release=args.release,
+        port=args.port,
+        node_gpus=args.node_gpus,
+        chart=args.chart,
+        helm=args.helm,
+        wait_s=args.wait,
+    )
+
+
+def _status(prefix: str, as_json: bool) -> int:
+    current = cluster.status(prefix)
+    if current is None:
+        print(f"no local cluster with prefix {prefix} is up")
+        return 1
+    if as_json:
+        print(json.dumps(current, indent=1))
+        return 0
+    now = time.time()
+    print(f"{'POD':<56} {'ROLE':<7} {'IP':<13} {'READY':<6} {'RESTARTS':<9} {'STATUS':<18} AGE")
+    for pod in current.get("pods", []):
+        container = pod["containers"][0] if pod["containers"] else {}
+        state = (
+            (pod["pending"] and "Pending") or container.get("reason") or container.get("state", "")
+        )
+        if state == "running":
+            state = "Running"
+        started = container.get("started_at")
+        age = f"{now - started:.0f}s" if started else "-"
+        ready = f"{sum(c['ready'] for c in pod['containers'])}/{len(pod['containers'])}"
+        print(
+            f"{pod['name']:<56} {pod['role']:<7} {pod['ip'] or '-':<13} {ready:<6} "
+            f"{pod['restarts']:<9} {state:<18} {age}"
+        )
+    if not current.get("kubelet_alive"):
+        print(
+            "the local kubelet is not running: `multinode-llm local down` cleans up",
+            file=sys.stderr,
+        )
+    print(f"OpenAI API: {current.get('url', '')}")
+    return 0
+
+
+def _add_network_arguments(parser: argparse.ArgumentParser, with_subnet: bool = False) -> None:
+    parser.add_argument(
+        "--prefix",
+        default=cluster.DEFAULT_PREFIX,
+        help="prefix of the cluster's network namespaces and state; default %(default)s",
+    )
+    if with_subnet:
+        parser.add_argument(
+            "--subnet", default=cluster.DEFAULT_SUBNET, help="the pods' /24; default %(default)s"
+        )
+
+
+def _progress(line: str) -> None:
+    print(f"local: {line}", file=sys.stderr, flush=True)

@@ -9,7 +9,12 @@ It activates only when ``MULTINODE_LLM_GPU_MOCK=1`` is in the environment (of ev
 `ray start` and of vLLM); otherwise ``register()`` returns None and vLLM never sees it. Only the
 local cluster, the runtime tests and the kind CI values set it; a production pod never does.
 
-The platform class is built on first access (module ``__getattr__``), so loading this module to ask
+Its ranks talk as GPUs on different nodes would: shared memory only inside one pod (vLLM's CPU
+communicator otherwise assumes every rank of a tensor- or pipeline-parallel group shares one
+/dev/shm, which pods on a cluster, and in the local cluster, do not), torch.distributed over the
+pod network between pods, as NCCL would go over the network.
+
+The classes are built on first access (module ``__getattr__``), so loading this module to ask
 ``register()`` imports nothing of vLLM.
 """
 
@@ -20,6 +25,7 @@ from typing import Any
 
 ENV = "MULTINODE_LLM_GPU_MOCK"
 PLATFORM = f"{__name__}.GpuMockPlatform"
+COMMUNICATOR = f"{__name__}.PodLocalCommunicator"
 
 
 def register() -> str | None:
@@ -28,17 +34,40 @@ def register() -> str | None:
 
 
 def __getattr__(name: str) -> Any:
-    if name != "GpuMockPlatform":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from vllm.platforms.cpu import CpuPlatform  # only vLLM, once activated, gets here
+    if name == "GpuMockPlatform":
+        from vllm.platforms.cpu import CpuPlatform  # only vLLM, once activated, gets here
 
-    platform = type(
-        "GpuMockPlatform",
-        (CpuPlatform,),
-        {
-            "ray_device_key": "GPU",
-            "__doc__": "vLLM's CPU platform, with Ray GPUs as its devices (FAKE).",
-        },
-    )
-    globals()[name] = platform
-    return platform
+        built: Any = type(
+            "GpuMockPlatform",
+            (CpuPlatform,),
+            {
+                "ray_device_key": "GPU",
+                "get_device_communicator_cls": classmethod(lambda cls: COMMUNICATOR),
+                "__doc__": "vLLM's CPU platform, with Ray GPUs as its devices (FAKE).",
+            },
+        )
+    elif name == "PodLocalCommunicator":
+        built = _pod_local_communicator()
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = built
+    return built
+
+
+def _pod_local_communicator() -> Any:
+    """vLLM's CPU communicator, with shared memory only when all ranks of a group share a pod."""
+    import socket
+
+    import torch
+    from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
+
+    class PodLocalCommunicator(CpuCommunicator):  # type: ignore[misc,unused-ignore]
+        def _all_group_ranks_share_shm_group_name(self) -> bool:
+            # A pod's hostname is its name: ranks on several hosts must not use shared memory.
+            hosts: list[str] = [""] * self.world_size
+            torch.distributed.all_gather_object(
+                hosts, socket.gethostname(), group=self.device_group
+            )
+            return len(set(hosts)) == 1 and bool(super()._all_group_ranks_share_shm_group_name())
+
+    return PodLocalCommunicator

@@ -100,16 +100,18 @@ class Network:
         self.hosts[name] = host
         return host
 
-    def set_hosts(self, host: Host, names: Mapping[str, str]) -> None:
-        """Write the namespace's ``/etc/hosts``: localhost, its own name, and ``names`` (name -> IP)."""
+    def set_hosts(self, host: Host, names: Mapping[str, str | Sequence[str]]) -> None:
+        """Write the namespace's ``/etc/hosts``: localhost and ``names`` (name -> IP, or the IPs
+        of every pod behind a headless Service: one line each, as DNS would return them all)."""
         lines = ["127.0.0.1 localhost", "::1 localhost"]
-        lines += [f"{ip} {name}" for name, ip in sorted(names.items())]
+        for name, ips in sorted(names.items()):
+            lines += [f"{ip} {name}" for ip in ([ips] if isinstance(ips, str) else ips)]
         directory = NETNS_ETC / host.namespace
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "hosts").write_text("\n".join(lines) + "\n")
 
     def destroy(self) -> None:
-        """Remove every namespace, veth, hosts file and the bridge this prefix names. Safe to repeat."""
+        """Remove every namespace, veth, hosts file and bridge this prefix names. Safe to repeat."""
         for namespace in namespaces_with_prefix(self.prefix):
             _ip("netns", "delete", namespace, check=False)  # takes its end of the veth pair along
             shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)

@@ -1,0 +1,121 @@
+"""Pipeline parallel 2, tensor parallel 1: a head and a worker pod serve, and the group heals.
+
+One group serves every test of this module (starting one takes a minute or more); the tests that
+kill a pod come last and each waits until the group serves again before the next one runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import serving_checks as checks
+from groups import LocalGroup, local_group, record, serves_now
+
+SCENARIO = "PP=2 TP=1"
+RECOVERY_S = 600
+
+
+@pytest.fixture(scope="module")
+def group(tiny_model: Path) -> Iterator[LocalGroup]:
+    with local_group(SCENARIO, tiny_model) as running:
+        yield running
+
+
+def test_two_pods_one_head_one_worker_are_ready(group: LocalGroup) -> None:
+    pods = group.status()["pods"]
+    assert sorted(p["role"] for p in pods) == ["head", "worker"]
+    assert all(p["ready"] and p["phase"] == "Running" for p in pods)
+    assert all(p["gpus"] == 1 for p in pods)
+
+
+def test_models_lists_the_served_model(group: LocalGroup) -> None:
+    checks.check_models(group)
+
+
+def test_completions_come_from_both_pipeline_stages(group: LocalGroup) -> None:
+    checks.check_completion(group)
+
+
+def test_chat_streams_token_by_token(group: LocalGroup) -> None:
+    checks.check_streaming_chat(group)
+
+
+def test_metrics_carry_vllm_and_the_supervisor(group: LocalGroup) -> None:
+    checks.check_metrics(group)
+
+
+def test_kserve_v2_endpoints_answer(group: LocalGroup) -> None:
+    checks.check_v2(group)
+
+
+def test_ray_shows_two_nodes_with_one_gpu_each(group: LocalGroup) -> None:
+    group.check_ray(tensor=1)
+
+
+def test_a_killed_worker_restarts_the_group_without_a_manual_step(
+    group: LocalGroup,
+) -> None:
+    head_before = group.pod("head")
+    worker_before = group.pod("worker")
+    killed = group.kill("worker")
+    started = time.monotonic()
+    unready = group.wait(lambda: not group.pod("head")["ready"], 120, "the head to go unready")
+    group.wait(
+        lambda: (
+            bool(group.events("Unhealthy", head_before["name"], since=killed))
+            and any(
+                "Liveness" in e["message"]
+                for e in group.events("Unhealthy", head_before["name"], since=killed)
+            )
+        ),
+        120,
+        "the head's liveness probe to fail",
+    )
+    unlive = time.monotonic() - started
+    group.wait(
+        lambda: group.pod("head")["restarts"] > head_before["restarts"],
+        RECOVERY_S,
+        "the head to restart (the group restarts as one)",
+    )
+    restarted = time.monotonic() - started
+    # Killed by kubelet after failed liveness probes, or exited on its own having seen the loss.
+    how = group.pod("head")["containers"][0]["last_state"]["reason"]
+    group.wait(
+        lambda: group.pod("head")["ready"] and group.pod("worker")["ready"],
+        RECOVERY_S,
+        "the group to be Ready again",
+    )
+    group.wait(lambda: serves_now(group), 120, "a completion to succeed")
+    recovered = time.monotonic() - started
+    assert group.pod("worker")["restarts"] > worker_before["restarts"]
+    print(f"the head restarted after the worker was killed: {how}")
+    record(SCENARIO, "killed worker -> head unready", unready)
+    record(SCENARIO, "killed worker -> head liveness failed", unlive)
+    record(SCENARIO, f"killed worker -> head restarted ({how})", restarted)
+    record(SCENARIO, "killed worker -> serving again", recovered)
+    group.check_ray(tensor=1)
+
+
+def test_a_killed_head_gets_its_workers_back(group: LocalGroup) -> None:
+    worker_before = group.pod("worker")
+    group.kill("head")
+    started = time.monotonic()
+    group.wait(
+        lambda: group.pod("worker")["restarts"] > worker_before["restarts"],
+        RECOVERY_S,
+        "the worker to leave",
+    )
+    left = time.monotonic() - started
+    group.wait(
+        lambda: group.pod("head")["ready"] and group.pod("worker")["ready"],
+        RECOVERY_S,
+        "the group to be Ready again",
+    )
+    group.wait(lambda: serves_now(group), 120, "a completion to succeed")
+    recovered = time.monotonic() - started
+    record(SCENARIO, "killed head -> worker left", left)
+    record(SCENARIO, "killed head -> serving again", recovered)
+    group.check_ray(tensor=1)  # the worker rejoined the new head

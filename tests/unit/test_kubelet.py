@@ -1,0 +1,319 @@
+"""The local kubelet: back-off and probe thresholds (pure), probes against real sockets, and
+restarts of a real container in a network namespace (root only; the container is a stand-in HTTP
+server, named as such in standin_server.py: the real runtime runs in tests/e2e)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import ipaddress
+import os
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from multinode_llm.local.kubelet import Backoff, Kubelet, ProbeCounter, check
+from multinode_llm.local.netns import Network, namespaces_with_prefix
+from multinode_llm.local.pods import ContainerPlan, PodIdentity, Probe, plan_pod
+from multinode_llm.local.state import ClusterPlan, ClusterState, Forward, process_alive
+
+STANDIN = Path(__file__).with_name("standin_server.py")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+def test_backoff_restarts_at_once_then_doubles_up_to_five_minutes() -> None:
+    backoff = Backoff()
+    delays = [backoff.next(ran_for=1.0) for _ in range(8)]
+    assert delays == [0, 10, 20, 40, 80, 160, 300, 300]
+
+
+def test_backoff_resets_after_ten_minutes_of_running() -> None:
+    backoff = Backoff()
+    backoff.next(1.0)
+    backoff.next(1.0)
+    assert backoff.next(ran_for=601.0) == 0
+    assert backoff.next(ran_for=1.0) == 10
+
+
+def test_probe_counter_needs_consecutive_results() -> None:
+    counter = ProbeCounter(success_threshold=2, failure_threshold=3)
+    assert [counter.record(ok) for ok in (True, False, False, True, True)] == [
+        None,
+        None,
+        None,
+        None,
+        "success",
+    ]
+    assert [counter.record(False) for _ in range(3)] == [None, None, "failure"]
+
+
+class _Status(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        code = int(self.path.strip("/"))
+        self.send_response(code)
+        self.send_header("Content-Length", "6")
+        self.end_headers()
+        self.wfile.write(b"reason")
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@pytest.fixture
+def status_server() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Status)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def _plan() -> ContainerPlan:
+    return ContainerPlan(
+        name="c",
+        argv=[],
+        env={},
+        workdir="/",
+        uid=0,
+        gid=0,
+        groups=[],
+        no_new_privs=False,
+        drop_capabilities=False,
+        read_only_root=False,
+        mounts=[],
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "ok"), [(200, True), (302, True), (399, True), (400, False), (503, False)]
+)
+def test_http_probe_succeeds_on_2xx_and_3xx_only(status_server: int, code: int, ok: bool) -> None:
+    probe = Probe(kind="http", port=status_server, path=f"/{code}", timeout=2)
+    result, message = asyncio.run(check(probe, "127.0.0.1", None, _plan()))
+    assert result is ok
+    if not ok:
+        assert f"statuscode: {code}" in message
+        assert "reason" in message
+
+
+def test_tcp_probe_fails_on_a_closed_port() -> None:
+    probe = Probe(kind="tcp", port=1, timeout=2)
+    ok, message = asyncio.run(check(probe, "127.0.0.1", None, _plan()))
+    assert not ok
+    assert "failed" in message
+
+
+# --- a real container in a network namespace, run by the kubelet in this process ---------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Network, ClusterState]]:
+    number = 100 + os.getpid() % 150
+    prefix = f"mnlu{number}"
+    network = Network(prefix, ipaddress.ip_network(f"10.230.{number}.0/24"))
+    network.create()
+    state = ClusterState(prefix, root=tmp_path / "state")
+    try:
+        yield network, state
+    finally:
+        network.destroy()
+        assert namespaces_with_prefix(prefix) == []
+
+
+def _standin_pod(
+    network: Network, state: ClusterState, flags: Path, command: list[str] | None = None
+) -> Any:
+    host = network.add_host("p")
+    pod_spec = {
+        "terminationGracePeriodSeconds": 2,
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "runAsNonRoot": True,
+        },
+        "volumes": [
+            {"name": "flags", "hostPath": {"path": str(flags)}},
+            {"name": "code", "hostPath": {"path": str(STANDIN.parent)}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
+        "containers": [
+            {
+                "name": "standin",
+                "command": command or [sys.executable, "/mnt/code/standin_server.py", "8081"],
+                "env": [
+                    {"name": "STANDIN_UNHEALTHY", "value": "/mnt/flags/unhealthy"},
+                    {
+                        "name": "POD_IP",
+                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                    },
+                ],
+                "securityContext": {
+                    "readOnlyRootFilesystem": True,
+                    "allowPrivilegeEscalation": False,
+                },
+                "volumeMounts": [
+                    {"name": "flags", "mountPath": "/mnt/flags"},
+                    {"name": "code", "mountPath": "/mnt/code", "readOnly": True},
+                    {"name": "scratch", "mountPath": "/mnt/scratch"},
+                ],
+                "startupProbe": {
+                    "httpGet": {"path": "/startup", "port": 8081},
+                    "periodSeconds": 1,
+                    "failureThreshold": 30,
+                },
+                "readinessProbe": {
+                    "httpGet": {"path": "/ready", "port": 8081},
+                    "periodSeconds": 1,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": "/live", "port": 8081},
+                    "periodSeconds": 1,
+                    "failureThreshold": 2,
+                },
+            }
+        ],
+    }
+    identity = PodIdentity(
+        name="standin-0",
+        namespace="default",
+        ip=host.ip,
+        netns=host.namespace,
+        role="head",
+        labels={},
+        annotations={},
+        directory=state.pod_dir("standin-0"),
+        gpus=1,
+    )
+    pod = plan_pod(identity, pod_spec, [], {})
+    plan = ClusterPlan(
+        prefix=state.prefix,
+        subnet=str(network.subnet),
+        release="t",
+        namespace="default",
+        isvc="t",
+        pods=[pod],
+        forward=Forward(host="127.0.0.1", port=0, service="t", role="head", target_port=8081),
+    )
+    return plan
+
+
+async def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def _run(
+    state: ClusterState,
+    plan: ClusterPlan,
+    scenario: Callable[[Kubelet], Awaitable[None]],
+) -> Kubelet:
+    async def main() -> Kubelet:
+        kubelet = Kubelet(state, plan)
+        running = asyncio.create_task(kubelet.run(None))
+        try:
+            await scenario(kubelet)
+        finally:
+            kubelet.stop()
+            await asyncio.wait_for(running, 30)
+        return kubelet
+
+    return asyncio.run(main())
+
+
+@needs_root
+def test_failing_liveness_kills_the_whole_container_and_restarts_it(
+    cluster: tuple[Network, ClusterState], tmp_path: Path
+) -> None:
+    network, state = cluster
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    plan = _standin_pod(network, state, flags)
+    first_pids: list[int] = []
+
+    async def scenario(kubelet: Kubelet) -> None:
+        runner = kubelet.runners["standin-0"][0]
+        await _wait(lambda: runner.status["ready"], 30, "the stand-in to be Ready")
+        first_pids.extend([runner.status["pid"], runner.status["init_pid"]])
+        (flags / "unhealthy").touch()
+        await _wait(
+            lambda: runner.status["restarts"] == 1,
+            30,
+            "a restart after liveness failed",
+        )
+        (flags / "unhealthy").unlink()
+        await _wait(lambda: runner.status["ready"], 30, "Ready again")
+
+    kubelet = _run(state, plan, scenario)
+    reasons = [e["reason"] for e in kubelet.events]
+    assert "Killing" in reasons
+    killing = next(e for e in kubelet.events if e["reason"] == "Killing")
+    assert killing["message"].startswith(
+        "Liveness probe failed: HTTP probe failed with statuscode: 503"
+    )
+    assert not any(process_alive(pid) for pid in first_pids)  # the old container is gone, all of it
+    first_log = Path(plan.pods[0].directory) / "standin-0.log"
+    assert "stand-in started 1000" in first_log.read_text()  # ran as the pod's runAsUser
+
+
+@needs_root
+def test_a_crashing_container_backs_off_before_its_second_restart(
+    cluster: tuple[Network, ClusterState], tmp_path: Path
+) -> None:
+    network, state = cluster
+    plan = _standin_pod(network, state, tmp_path, command=["sh", "-c", "echo crashing; exit 3"])
+
+    async def scenario(kubelet: Kubelet) -> None:
+        runner = kubelet.runners["standin-0"][0]
+        await _wait(
+            lambda: runner.status["reason"] == "CrashLoopBackOff",
+            30,
+            "CrashLoopBackOff",
+        )
+        assert runner.status["restarts"] == 1  # the first restart came at once
+        assert runner.status["last_state"]["exit_code"] == 3
+
+    kubelet = _run(state, plan, scenario)
+    backoffs = [e["message"] for e in kubelet.events if e["reason"] == "BackOff"]
+    assert backoffs == ["back-off 10s restarting failed container"]
+
+
+@needs_root
+def test_the_container_sees_its_pod_not_the_host(
+    cluster: tuple[Network, ClusterState], tmp_path: Path
+) -> None:
+    network, state = cluster
+    script = (
+        "hostname; id -u; echo $POD_IP; touch /mnt/scratch/ok && echo scratch-writable; "
+        "touch /usr/x 2>/dev/null || echo root-read-only; ls /dev/shm | wc -l; "
+        "ps -e --no-headers | wc -l; "
+        "sleep 30"
+    )
+    plan = _standin_pod(network, state, tmp_path, command=["sh", "-c", script])
+    log = Path(plan.pods[0].directory) / "standin-0.log"
+
+    async def scenario(kubelet: Kubelet) -> None:
+        await _wait(
+            lambda: log.exists() and len(log.read_text().splitlines()) >= 7,
+            20,
+            "the script's output",
+        )
+
+    _run(state, plan, scenario)
+    lines = log.read_text().split()
+    assert lines[:7] == [
+        "standin-0",
+        "1000",
+        plan.pods[0].ip,
+        "scratch-writable",
+        "root-read-only",
+        "0",
+        lines[6],
+    ]
+    assert int(lines[6]) <= 5  # its own PID namespace: init, sh, ps, wc (not the host's processes)

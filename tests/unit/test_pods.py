@@ -1,0 +1,382 @@
+"""Pods as the local kubelet runs them: environment, user, mounts and probes from a pod spec; the
+scheduling and Service names of ``local up``; the state files."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from multinode_llm.errors import UserError
+from multinode_llm.local import cluster, kserve
+from multinode_llm.local.pods import (
+    GPU_MOCK_ENV,
+    Mount,
+    PodIdentity,
+    PodPlan,
+    expand,
+    plan_pod,
+)
+from multinode_llm.local.state import ClusterPlan, ClusterState, Forward, process_alive
+
+RENDERED = Path(__file__).with_name("data") / "rendered-multinode.yaml"
+
+
+def _identity(tmp_path: Path) -> PodIdentity:
+    return PodIdentity(
+        name="demo-predictor-abc-xyz12",
+        namespace="serving",
+        ip="10.230.9.2",
+        netns="mnl-head",
+        role="head",
+        labels={"app": "isvc.demo-predictor", "team": "llm"},
+        annotations={"note": "hi"},
+        directory=tmp_path / "pod",
+        gpus=2,
+        host_ip="10.230.9.1",
+    )
+
+
+def _pod_spec(**container: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "command": ["multinode-llm"], **container}]}
+
+
+def test_env_follows_kubernetes_order_downward_api_and_expansion(
+    tmp_path: Path,
+) -> None:
+    objects = [
+        {
+            "kind": "ConfigMap",
+            "metadata": {"name": "cfg"},
+            "data": {"MODE": "fast", "X": "1"},
+        },
+        {
+            "kind": "Secret",
+            "metadata": {"name": "sec"},
+            "data": {"TOKEN": base64.b64encode(b"s3").decode()},
+        },
+    ]
+    spec = _pod_spec(
+        args=["--address=$(POD_IP):$(RAY_PORT)", "$$(POD_IP)", "$(UNKNOWN)"],
+        envFrom=[{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
+        env=[
+            {
+                "name": "POD_IP",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+            },
+            {
+                "name": "POD_NAME",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+            },
+            {
+                "name": "NS",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            {
+                "name": "TEAM",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['team']"}},
+            },
+            {"name": "RAY_PORT", "value": "6379"},
+            {"name": "ADDRESS", "value": "$(POD_IP):$(RAY_PORT)"},
+            {
+                "name": "TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "sec", "key": "TOKEN"}},
+            },
+            {
+                "name": "MODE",
+                "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "MODE"}},
+            },
+            {
+                "name": "CPUS",
+                "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
+            },
+        ],
+        resources={"limits": {"memory": "2Gi"}},
+    )
+    container = plan_pod(_identity(tmp_path), spec, objects, {}).containers[0]
+    env = container.env
+    assert env["POD_IP"] == "10.230.9.2"
+    assert env["POD_NAME"] == "demo-predictor-abc-xyz12"
+    assert env["NS"] == "serving"
+    assert env["TEAM"] == "llm"
+    assert env["ADDRESS"] == "10.230.9.2:6379"
+    assert env["TOKEN"] == "s3"
+    assert env["MODE"] == "fast"
+    assert env["CFG_X"] == "1"
+    assert env["CPUS"] == "2048"
+    assert env["HOSTNAME"] == "demo-predictor-abc-xyz12"
+    assert env["PATH"].startswith(str(Path(sys.executable).parent) + ":")
+    assert container.argv == [
+        "multinode-llm",
+        "--address=10.230.9.2:6379",
+        "$(POD_IP)",
+        "$(UNKNOWN)",
+    ]
+
+
+def test_the_local_cluster_mocks_gpus_for_every_pod_and_nothing_else_does(
+    tmp_path: Path,
+) -> None:
+    env = plan_pod(_identity(tmp_path), _pod_spec(), [], {}).containers[0].env
+    assert {k: env[k] for k in GPU_MOCK_ENV} == {
+        "MULTINODE_LLM_GPU_MOCK": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    assert "MULTINODE_LLM_GPU_MOCK" not in RENDERED.read_text()
+
+
+def test_expand_leaves_unknown_references_and_unescapes_dollars() -> None:
+    assert expand("$(A)-$(B)-$$(A)-$$-$", {"A": "1"}) == "1-$(B)-$(A)-$-$"
+
+
+def test_the_container_runs_as_the_security_context_user(tmp_path: Path) -> None:
+    spec = {
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 2000,
+            "supplementalGroups": [3000],
+        },
+        **_pod_spec(
+            securityContext={
+                "runAsUser": 1001,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
+            }
+        ),
+    }
+    container = plan_pod(_identity(tmp_path), spec, [], {}).containers[0]
+    assert (container.uid, container.gid, container.groups) == (
+        1001,
+        1000,
+        [2000, 3000],
+    )
+    assert container.no_new_privs
+    assert container.drop_capabilities
+    assert container.read_only_root
+    assert container.env["HOME"] == "/"  # an image that knows only root gives other users "/"
+
+
+def test_run_as_non_root_refuses_root(tmp_path: Path) -> None:
+    spec = {"securityContext": {"runAsNonRoot": True}, **_pod_spec()}
+    with pytest.raises(UserError, match="runAsNonRoot and image will run as root"):
+        plan_pod(_identity(tmp_path), spec, [], {})
+
+
+def test_a_container_without_command_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no image entrypoint"):
+        plan_pod(_identity(tmp_path), {"containers": [{"name": "c"}]}, [], {})
+
+
+def test_volumes_become_tmpfs_and_bind_mounts(tmp_path: Path) -> None:
+    claim = tmp_path / "claim"
+    (claim / "tiny").mkdir(parents=True)
+    spec = {
+        "volumes": [
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "model", "persistentVolumeClaim": {"claimName": "models"}},
+        ],
+        **_pod_spec(
+            volumeMounts=[
+                {"name": "shm", "mountPath": "/dev/shm"},
+                {"name": "scratch", "mountPath": "/tmp"},
+                {
+                    "name": "model",
+                    "mountPath": "/mnt/models",
+                    "subPath": "tiny",
+                    "readOnly": True,
+                },
+            ]
+        ),
+    }
+    mounts = plan_pod(_identity(tmp_path), spec, [], {"models": claim}).containers[0].mounts
+    assert mounts == [
+        Mount(
+            target="/tmp",
+            kind="bind",
+            source=str(tmp_path / "pod" / "volumes" / "scratch"),
+            read_only=False,
+        ),
+        Mount(target="/dev/shm", kind="tmpfs", size_bytes=2 * 2**30),
+        Mount(
+            target="/mnt/models",
+            kind="bind",
+            source=str(claim / "tiny"),
+            read_only=True,
+        ),
+    ]
+
+
+def test_every_container_gets_a_private_tmp_and_shm_by_default(tmp_path: Path) -> None:
+    mounts = plan_pod(_identity(tmp_path), _pod_spec(), [], {}).containers[0].mounts
+    assert {(m.target, m.kind) for m in mounts} == {
+        ("/tmp", "tmpfs"),
+        ("/dev/shm", "tmpfs"),
+    }
+
+
+def test_a_claim_without_a_local_directory_says_how_to_give_one(tmp_path: Path) -> None:
+    spec = {
+        "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
+        **_pod_spec(volumeMounts=[{"name": "m", "mountPath": "/mnt/models"}]),
+    }
+    with pytest.raises(UserError, match="pass --volume models=DIR"):
+        plan_pod(_identity(tmp_path), spec, [], {})
+
+
+def test_a_missing_model_path_on_the_claim_is_named(tmp_path: Path) -> None:
+    spec = {
+        "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
+        **_pod_spec(volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "absent"}]),
+    }
+    with pytest.raises(UserError, match=r"absent.*does not exist.*make-model"):
+        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path})
+
+
+def test_probes_get_kubernetes_defaults_and_named_ports(tmp_path: Path) -> None:
+    spec = _pod_spec(
+        ports=[{"name": "status", "containerPort": 8081}],
+        readinessProbe={"httpGet": {"path": "/ready", "port": "status"}},
+        livenessProbe={
+            "tcpSocket": {"port": 8081},
+            "periodSeconds": 3,
+            "terminationGracePeriodSeconds": 5,
+        },
+        startupProbe={"exec": {"command": ["true"]}, "failureThreshold": 60},
+    )
+    container = plan_pod(_identity(tmp_path), spec, [], {}).containers[0]
+    assert container.readiness is not None
+    assert (
+        container.readiness.kind,
+        container.readiness.port,
+        container.readiness.path,
+    ) == ("http", 8081, "/ready")
+    assert (
+        container.readiness.period,
+        container.readiness.timeout,
+        container.readiness.failure_threshold,
+    ) == (10, 1, 3)
+    assert container.liveness is not None
+    assert (
+        container.liveness.kind,
+        container.liveness.period,
+        container.liveness.grace,
+    ) == ("tcp", 3, 5)
+    assert container.startup is not None
+    assert (container.startup.command, container.startup.failure_threshold) == (
+        ["true"],
+        60,
+    )
+
+
+def _reconciled() -> kserve.Reconciled:
+    objects = [doc for doc in yaml.safe_load_all(RENDERED.read_text()) if doc]
+    return kserve.reconcile(objects)
+
+
+def test_pods_that_do_not_fit_the_node_gpus_stay_pending() -> None:
+    scheduled = cluster._schedule(
+        _reconciled(), node_gpus=4
+    )  # head 2 + one worker 2; the second waits
+    assert [pending for _, _, pending in scheduled] == [
+        "",
+        "",
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+    ]
+    names = [name for _, name, _ in scheduled]
+    assert names[0].startswith("demo-predictor-")
+    assert all(name.startswith("demo-predictor-worker-") for name in names[1:])
+    assert len(set(names)) == 3
+
+
+def test_headless_service_names_resolve_to_their_scheduled_pods() -> None:
+    reconciled = _reconciled()
+    scheduled = cluster._schedule(reconciled, node_gpus=0)
+    addresses = {name: f"10.0.0.{i + 2}" for i, (_, name, _) in enumerate(scheduled)}
+    names = cluster._service_names(reconciled, scheduled, addresses)
+    assert names["demo-head-1.default.svc.cluster.local"] == ["10.0.0.2"]
+    assert names["demo-head-1"] == ["10.0.0.2"]
+    assert names["demo-workers-1.default.svc"] == ["10.0.0.3", "10.0.0.4"]
+    assert not any(name.startswith("demo-predictor") for name in names)  # ClusterIP: not in hosts
+
+
+def test_the_cluster_plan_survives_a_round_trip_through_its_state_file(
+    tmp_path: Path,
+) -> None:
+    spec = _pod_spec(readinessProbe={"httpGet": {"path": "/ready", "port": 8081}})
+    pod = plan_pod(_identity(tmp_path), spec, [], {})
+    plan = ClusterPlan(
+        prefix="mnl",
+        subnet="10.230.9.0/24",
+        release="r",
+        namespace="serving",
+        isvc="demo",
+        pods=[pod],
+        forward=Forward(
+            host="127.0.0.1",
+            port=8000,
+            service="demo-predictor",
+            role="head",
+            target_port=8080,
+        ),
+        services={"a": ["10.0.0.2"]},
+    )
+    state = ClusterState("mnl", root=tmp_path)
+    state.write_plan(plan)
+    loaded = state.load_plan()
+    assert loaded == plan
+    assert isinstance(loaded.pods[0], PodPlan)
+    assert loaded.url == "http://127.0.0.1:8000/v1"
+
+
+def test_a_dead_or_zombie_process_is_not_alive() -> None:
+    child = subprocess.Popen(["true"])
+    deadline_polls = 0
+    while process_alive(child.pid) and deadline_polls < 200:  # exits at once; a zombie until reaped
+        deadline_polls += 1
+        os.sched_yield()
+        subprocess.run(["sleep", "0.01"], check=True)
+    assert not process_alive(child.pid)
+    child.wait()
+    assert process_alive(os.getpid())
+
+
+def test_no_kubelet_pid_means_no_cluster(tmp_path: Path) -> None:
+    state = ClusterState("mnl", root=tmp_path)
+    assert state.kubelet_pid() is None
+    state.directory.mkdir(parents=True)
+    state.pid_file.write_text("999999999")
+    assert state.kubelet_pid() is None
+
+
+def test_a_claim_the_pods_user_cannot_read_is_refused_with_the_fix(
+    tmp_path: Path,
+) -> None:
+    model = tmp_path / "claim" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"")
+    weights.chmod(0o600)
+    spec = {
+        "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+        "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
+        **_pod_spec(volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "tiny"}]),
+    }
+    with pytest.raises(
+        UserError,
+        match=r"model.safetensors \(mode 600, .*not readable by uid 1000.*chmod -R a\+rX",
+    ):
+        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"})
+    weights.chmod(0o644)
+    assert (
+        plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"}).containers[0].uid
+        == 1000
+    )
