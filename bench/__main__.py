@@ -20,12 +20,14 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench import cache_fanout, group, report, serving
 from bench.figures import Figure, Load, skipped, timestamp
@@ -38,6 +40,8 @@ Runner = Callable[[argparse.Namespace, Path, Callable[[str], None]], list[Figure
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    # SIGTERM unwinds like Ctrl-C: every benchmark's cleanup (pods, namespaces, servers) runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     results_dir = args.results or (ROOT / "bench" / ("out/quick" if args.quick else ""))
     results_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -51,14 +55,19 @@ def main(argv: list[str] | None = None) -> int:
                 _wait_for_quiet(args.max_load, args.quiet_wait, name)
                 _log(f"== {name}")
                 try:
-                    figures += RUNNERS[name](args, work, _log)
+                    measured = RUNNERS[name](args, work, _log)
                 except Exception as error:  # recorded with its error; the other benchmarks go on
                     traceback.print_exc()
                     failed = True
-                    figures.append(skipped(name, f"{name} benchmark", "", "", f"FAILED: {error}"))
+                    measured = [skipped(name, f"{name} benchmark", "", "", f"FAILED: {error}")]
+                for figure in measured:
+                    figure.source = name
+                figures += measured
         finally:
             shutil.rmtree(work, ignore_errors=True)
     results = _results(args, figures, time.monotonic() - started)
+    if args.merge and (results_dir / "results.json").exists():
+        results = _merged(json.loads((results_dir / "results.json").read_text()), results)
     (results_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     print(report.table(results))
     report.write(results, results_dir)
@@ -66,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         report.update_readme(results, ROOT / "README.md")
     _log(f"wrote {results_dir / 'results.json'} and {results_dir / 'REPORT.md'}")
     return 1 if failed else 0
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with the figures of the benchmarks ``new`` ran replaced by ``new``'s."""
+    rerun = {figure["source"] for figure in new["figures"]}
+    kept = [figure for figure in old["figures"] if figure.get("source") not in rerun]
+    new["figures"] = kept + new["figures"]
+    new["command"] = f"{old['command']}; then {new['command']}"
+    new["seconds"] = old["seconds"] + new["seconds"]
+    return new
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -89,6 +108,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="where results.json, REPORT.md and the plots go; default bench/ "
         "(bench/out/quick with --quick); only a run into bench/ updates the README's table",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other benchmarks' figures of the results.json already there (rerun one)",
     )
     parser.add_argument(
         "--max-load",

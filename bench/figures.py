@@ -65,6 +65,8 @@ class Figure:
     note: str = ""
     skipped: str = ""  # why the figure could not be measured here; value and baseline are None
     runs: list[dict[str, float]] = field(default_factory=list)  # raw per-run numbers
+    source: str = ""  # the benchmark (``python -m bench --only`` name) that measured it
+    measured_at: str = field(default_factory=lambda: timestamp())
 
     @property
     def ratio(self) -> float | None:
