@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -288,22 +289,59 @@ def _plot_cache(plt: Any, figures: Sequence[Record]) -> Any:
 # README ------------------------------------------------------------------------------------------
 
 
+def summary_table(figures: Sequence[Record]) -> str:
+    """The headline figures: serving throughput condensed to one row per route, then every other
+    figure that has a goal, plus recovery and the join detection."""
+    lines = ["| figure | ours | baseline | ratio | goal |", "|---|---|---|---|---|"]
+    serving = [
+        f for f in figures if f["benchmark"] == "serving" and f["name"].endswith("throughput")
+    ]
+    for route in dict.fromkeys(f["config"]["route"] for f in serving if not f["skipped"]):
+        lines.append(_route_row(route, [f for f in serving if f["config"].get("route") == route]))
+    for figure in figures:
+        headline = figure["benchmark"] in ("startup", "recovery", "cache")
+        if figure["skipped"] or figure["benchmark"] == "serving" or not headline:
+            continue
+        if (
+            not figure.get("goal")
+            and "noticed" not in figure["name"]
+            and figure["benchmark"] != "recovery"
+        ):
+            continue
+        row = _row(figure)
+        lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]} |")
+    lines += [f"| {_row(f)[0]} | - | - | - | {_row(f)[4]} |" for f in figures if f["skipped"]]
+    return "\n".join(lines)
+
+
+def _route_row(route: str, figures: Sequence[Record]) -> str:
+    ratios = sorted(f["ratio"] for f in figures)
+    missed = [f for f in figures if f["met"] is False]
+    verdict = f"MISSED in {len(missed)} of {len(figures)}" if missed else "met"
+    median = statistics.median(ratios)
+    return (
+        f"| serving throughput, {route} ({len(figures)} loads: c=1/8, short/long) | | plain vLLM | "
+        f"{ratios[0]:.2f}x-{ratios[-1]:.2f}x (median {median:.2f}x) | {verdict}: >= 0.98 |"
+    )
+
+
 def update_readme(results: Record, readme: Path) -> None:
     """Replace the README's benchmark table (between its markers) with this run's goal figures."""
     text = readme.read_text()
     if README_START not in text or README_END not in text:
         return
-    figures = [f for f in results["figures"] if f.get("goal") or f["benchmark"] == "recovery"]
-    block = "\n".join([README_START, "", markdown_table(figures), "", README_END])
+    block = "\n".join([README_START, "", summary_table(results["figures"]), "", README_END])
     pattern = re.escape(README_START) + ".*?" + re.escape(README_END)
     readme.write_text(re.sub(pattern, lambda _match: block, text, flags=re.DOTALL))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rebuild REPORT.md and the plots from a results.json (no measuring)."""
+    """Rebuild REPORT.md and the plots (and for bench/, the README table) from a results.json."""
     path = Path((argv or sys.argv[1:] or ["bench/results.json"])[0])
     results = json.loads(path.read_text())
     write(results, path.parent)
+    if path.parent.resolve() == ANALYSIS.parent.resolve():
+        update_readme(results, ANALYSIS.parent.parent / "README.md")
     print(table(results))
     return 0
 
