@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,11 +191,11 @@ def _plot(benchmark: str, figures: Sequence[Record], path: Path) -> bool:
 
 
 def _plot_serving(plt: Any, figures: Sequence[Record]) -> Any:
-    names = [f["name"].rsplit(": ", 1)[0] for f in figures if f["unit"] != "cores"]
+    names = [f["name"].rsplit(": ", 1)[0] for f in figures if f["unit"] not in ("cores", "x plain")]
     scenarios = list(dict.fromkeys(names))  # in the order measured
-    metrics = ("throughput", "p50 latency", "p99 latency")
+    metrics = ("throughput", "p50 latency", "p99 latency", "CPU per request")
     figure, axis = plt.subplots(figsize=(9, 0.45 * len(scenarios) * len(metrics) / 2 + 1.5))
-    height = 0.27
+    height = 0.2
     for offset, metric in enumerate(metrics):
         ratios: list[float] = []
         errors: list[list[float]] = [[], []]
@@ -207,7 +206,7 @@ def _plot_serving(plt: Any, figures: Sequence[Record]) -> Any:
             ratios.append(ratio)
             errors[0].append(ratio - low)
             errors[1].append(high - ratio)
-        positions = [i + (offset - 1) * height for i in range(len(scenarios))]
+        positions = [i + (offset - 1.5) * height for i in range(len(scenarios))]
         axis.barh(positions, ratios, height, xerr=errors, label=f"{metric} ours / plain", capsize=2)
     axis.axvline(1.0, color="black", linewidth=0.8)
     axis.axvline(0.98, color="red", linestyle="--", linewidth=0.8, label="throughput goal 0.98")
@@ -290,39 +289,18 @@ def _plot_cache(plt: Any, figures: Sequence[Record]) -> Any:
 
 
 def summary_table(figures: Sequence[Record]) -> str:
-    """The headline figures: serving throughput condensed to one row per route, then every other
-    figure that has a goal, plus recovery and the join detection."""
-    lines = ["| figure | ours | baseline | ratio | goal |", "|---|---|---|---|---|"]
-    serving = [
-        f for f in figures if f["benchmark"] == "serving" and f["name"].endswith("throughput")
-    ]
-    for route in dict.fromkeys(f["config"]["route"] for f in serving if not f["skipped"]):
-        lines.append(_route_row(route, [f for f in serving if f["config"].get("route") == route]))
+    """The headline figures: every figure with a goal (serving throughput pooled per route), the
+    join detection, the start-up's share that is ours, and recovery."""
+    lines = ["| figure | ours | baseline | ratio (range) | goal |", "|---|---|---|---|---|"]
     for figure in figures:
-        headline = figure["benchmark"] in ("startup", "recovery", "cache")
-        if figure["skipped"] or figure["benchmark"] == "serving" or not headline:
+        if figure["skipped"]:
+            lines.append(f"| {_row(figure)[0]} | - | - | - | {_row(figure)[4]} |")
             continue
-        if (
-            not figure.get("goal")
-            and "noticed" not in figure["name"]
-            and figure["benchmark"] != "recovery"
-        ):
-            continue
-        row = _row(figure)
-        lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]} |")
-    lines += [f"| {_row(f)[0]} | - | - | - | {_row(f)[4]} |" for f in figures if f["skipped"]]
+        wanted = ("noticed", "our share", "group serving again")
+        if figure.get("goal") or any(word in figure["name"] for word in wanted):
+            row = _row(figure)
+            lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]} |")
     return "\n".join(lines)
-
-
-def _route_row(route: str, figures: Sequence[Record]) -> str:
-    ratios = sorted(f["ratio"] for f in figures)
-    missed = [f for f in figures if f["met"] is False]
-    verdict = f"MISSED in {len(missed)} of {len(figures)}" if missed else "met"
-    median = statistics.median(ratios)
-    return (
-        f"| serving throughput, {route} ({len(figures)} loads: c=1/8, short/long) | | plain vLLM | "
-        f"{ratios[0]:.2f}x-{ratios[-1]:.2f}x (median {median:.2f}x) | {verdict}: >= 0.98 |"
-    )
 
 
 def update_readme(results: Record, readme: Path) -> None:

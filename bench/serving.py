@@ -18,6 +18,7 @@ vLLM's /v1/completions with the same prompt and parameters (what the route maps 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import statistics
@@ -119,6 +120,9 @@ def measure(options: Options, model: Path, log: Callable[[str], None]) -> list[F
         "client": "bench.loadgen (asyncio, keep-alive HTTP/1.1) on the host, pods over a bridge",
     }
     figures = []
+    for route in options.routes:
+        mine = {scenario: runs[scenario] for scenario in scenarios if scenario.route == route}
+        figures.append(_pooled_figure(route, mine, config, load))
     for scenario in scenarios:
         figures += _scenario_figures(scenario, runs[scenario], options, config, load)
     figures.append(_supervisor_cpu_figure(supervisor_cpu, config, load))
@@ -327,6 +331,34 @@ def _machine_busy_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def _pooled_figure(route: str, runs: Runs, config: dict[str, Any], load: Load) -> Figure:
+    """One route's throughput ratio over all its loads: the geometric mean of every pair's ratio,
+    with its 95% confidence interval. One pair's ratio varies by about 10% on two shared cores,
+    so a single load's median of a few pairs cannot resolve the 2% the goal asks about; the
+    pooled pairs of all four loads can (the per-load figures below keep their own ranges)."""
+    logs = [
+        math.log(ours.result.throughput / plain.result.throughput)
+        for pairs in runs.values()
+        for ours, plain in pairs
+    ]
+    mean = statistics.fmean(logs)
+    half = 1.96 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+    loads = ", ".join(scenario.label.split(" ", 1)[1] for scenario in runs)
+    return Figure(
+        benchmark="serving",
+        name=f"{route}: throughput, all loads pooled ({len(logs)} pairs)",
+        unit="x plain",
+        value=math.exp(mean),
+        baseline=1.0,
+        baseline_name="plain vLLM /v1/completions" if route == "generate" else "plain vLLM",
+        config={**config, "route": route, "loads": loads, "pairs": len(logs)},
+        load=load,
+        goal=THROUGHPUT_GOAL,
+        spread=(math.exp(mean - half), math.exp(mean + half)),
+        note="value: geometric mean of the pairs' ratios ours / plain; range: its 95% interval",
+    )
+
+
 def _scenario_figures(
     scenario: Scenario,
     pairs: list[Pair],
@@ -344,7 +376,7 @@ def _scenario_figures(
         "other_processes_cores": [[round(r.foreign_cores, 3) for r in pair] for pair in pairs],
     }
     metrics: list[tuple[str, str, Callable[[Run], float], Goal | None]] = [
-        ("throughput", "req/s", lambda r: r.result.throughput, THROUGHPUT_GOAL),
+        ("throughput", "req/s", lambda r: r.result.throughput, None),
         ("p50 latency", "s", lambda r: r.result.p50, None),
         ("p99 latency", "s", lambda r: r.result.p99, None),
         ("CPU per request", "CPU s", lambda r: r.cpu_per_request, None),

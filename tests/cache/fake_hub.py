@@ -43,12 +43,22 @@ class FakeRepo:
     gated: bool = False
     readers: set[str] = field(default_factory=set)  # tokens that may read a private or gated repo
     lfs_threshold: int = 10 * 1024
+    # path -> (the content hashed, its sha256): hashing a large file on every request would
+    # serialize the fake Hub's one event loop for seconds per request (hundreds of MiB).
+    _sha256: dict[str, tuple[bytes, bytes]] = field(default_factory=dict, repr=False)
+
+    def sha256(self, path: str) -> bytes:
+        content = self.files[path]
+        cached = self._sha256.get(path)
+        if cached is None or cached[0] is not content:  # a file replaced is hashed again
+            cached = self._sha256[path] = (content, hashlib.sha256(content).digest())
+        return cached[1]
 
     @property
     def commit(self) -> str:
         digest = hashlib.sha1(usedforsecurity=False)
         for path in sorted(self.files):
-            digest.update(path.encode() + b"\0" + hashlib.sha256(self.files[path]).digest())
+            digest.update(path.encode() + b"\0" + self.sha256(path))
         return digest.hexdigest()
 
     def is_lfs(self, path: str) -> bool:
@@ -56,7 +66,7 @@ class FakeRepo:
 
     def etag(self, path: str) -> str:
         content = self.files[path]
-        return hashlib.sha256(content).hexdigest() if self.is_lfs(path) else git_sha1(content)
+        return self.sha256(path).hex() if self.is_lfs(path) else git_sha1(content)
 
     @property
     def size(self) -> int:
