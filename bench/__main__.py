@@ -172,7 +172,7 @@ def _cache_warm(args: argparse.Namespace, work: Path, log: Callable[[str], None]
         cache_vs_nginx.tools()
     except cache_vs_nginx.MissingToolError as missing:
         return [skipped("cache", name, unit, baseline, str(missing))]
-    size, runs, clients = (4, 1, 2) if args.quick else (1024, 7, 8)
+    size, runs, clients = (4, 1, 2) if args.quick else (1024, 11, 8)
     log(f"cache vs nginx: {size} MiB blob, {runs} paired runs, 1 and {clients} clients")
     out = ROOT / "bench" / "out"
     return cache_vs_nginx.figures(cache_vs_nginx.measure(size, runs, clients, out))

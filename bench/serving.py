@@ -54,7 +54,7 @@ class Options:
     # run with short outputs has more requests than one with long outputs.
     tokens_per_run_c1: int = 2048
     tokens_per_run_c8: int = 8192
-    pairs: int = 5  # runs of each server per scenario
+    pairs: int = 8  # runs of each server per scenario
     max_foreign_cores: float = 0.15  # other processes' CPU during a pair above which it is redone
     retries: int = 2
     short_tokens: int = 16
