@@ -145,6 +145,8 @@ def _plain_start(claim: Path) -> float:
         return time.time() - started
     finally:
         _stop_group(process)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, LOGS / "plain-vllm.log")  # to compare its phases with the group's
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:

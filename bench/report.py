@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -125,7 +126,7 @@ def _details(benchmark: str, figures: Sequence[Record]) -> list[str]:
     lines: list[str] = []
     if benchmark == "startup" and config.get("timelines_s"):
         events = _median_timeline(config["timelines_s"])
-        plain = sorted(config["plain_s"])[len(config["plain_s"]) // 2]
+        plain = statistics.median(config["plain_s"])
         lines += [
             "Timeline of a PP=2 group start (median over starts, seconds after the first "
             f"container started; one plain vLLM server lists the model after {plain:.1f} s):",
@@ -160,7 +161,7 @@ def _median_timeline(timelines: Sequence[dict[str, float]]) -> list[tuple[str, f
             merged.setdefault(
                 re.sub(r"\d+\.\d+\.\d+\.\d+ ?", "", name).replace("  ", " "), []
             ).append(at)
-    medians = {name: sorted(times)[len(times) // 2] for name, times in merged.items()}
+    medians = {name: statistics.median(times) for name, times in merged.items()}
     return sorted(medians.items(), key=lambda kv: kv[1])
 
 
@@ -223,7 +224,7 @@ def _plot_startup(plt: Any, figures: Sequence[Record]) -> Any:
     if not config.get("timelines_s"):
         return None
     events = _median_timeline(config["timelines_s"])
-    plain = sorted(config["plain_s"])[len(config["plain_s"]) // 2]
+    plain = statistics.median(config["plain_s"])
     figure, axis = plt.subplots(figsize=(9, 0.35 * len(events) + 1.5))
     axis.scatter([at for _, at in events], range(len(events)), zorder=3)
     for index, (_name, at) in enumerate(events):
@@ -235,8 +236,17 @@ def _plot_startup(plt: Any, figures: Sequence[Record]) -> Any:
     axis.set_yticks(range(len(events)), [name for name, _ in events])
     axis.invert_yaxis()
     axis.set_xlabel("seconds after the first container started (median over starts)")
+    times = dict(events)
+    if "vLLM started" in times and "engine answers (bench poll)" in times:
+        axis.axvspan(
+            times["vLLM started"],
+            times["engine answers (bench poll)"],
+            color="tab:blue",
+            alpha=0.08,
+            label="vLLM starting (its Ray executor, two pipeline stages)",
+        )
     axis.set_title("PP=2 group start-up on the local cluster")
-    axis.legend(fontsize=8, loc="lower right")
+    axis.legend(fontsize=8, loc="upper center")
     return figure
 
 
