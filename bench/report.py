@@ -285,13 +285,13 @@ def _plot_cache(plt: Any, figures: Sequence[Record]) -> Any:
         axis.bar([p - 0.2 for p in positions], [f["value"] for f in panel], 0.4, label="cache")
         baseline = panel[0]["baseline_name"].split(",")[0]
         axis.bar([p + 0.2 for p in positions], [f["baseline"] for f in panel], 0.4, label=baseline)
-        for position, record in zip(positions, panel, strict=True):
-            top = max(record["value"], record["baseline"])
-            axis.annotate(f"{record['ratio']:.2f}x", (position, top), ha="center", va="bottom")
+        labels = [f"{label}\n{f['ratio']:.2f}x" for label, f in zip(labels, panel, strict=True)]
         axis.set_xticks(positions, labels, fontsize=8)
+        axis.set_xlim(-0.7, len(panel) - 0.3)
+        axis.set_ylim(0, 1.3 * max(max(f["value"], f["baseline"]) for f in panel))
         axis.set_ylabel(panel[0]["unit"])
         axis.set_title(title, fontsize=10)
-        axis.legend(fontsize=7)
+        axis.legend(fontsize=7, loc="upper left")
     return figure
 
 
