@@ -32,6 +32,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -127,7 +128,16 @@ def _plain_start(claim: Path) -> float:
         str(port),
         *ENGINE_ARGS,
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    # A cache root of its own, empty: vLLM saves the model's compiled graphs under ~/.cache/vllm
+    # and a second start would load them, where each pod of the group starts with an empty /tmp
+    # (its HOME). Both start cold.
+    cache_root = Path(tempfile.mkdtemp(prefix="vllm-cache-", dir=claim.parent))
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CACHE_ROOT": str(cache_root),
+    }
     log_path = claim.parent / "plain-vllm.log"
     with log_path.open("wb") as output:
         started = time.time()
@@ -145,6 +155,7 @@ def _plain_start(claim: Path) -> float:
         return time.time() - started
     finally:
         _stop_group(process)
+        shutil.rmtree(cache_root, ignore_errors=True)
         LOGS.mkdir(parents=True, exist_ok=True)
         shutil.copy(log_path, LOGS / "plain-vllm.log")  # to compare its phases with the group's
 
@@ -374,7 +385,8 @@ def _startup_figures(starts: list[GroupStart], plain_s: list[float], load: Load)
         "model": "tiny random-weight Llama",
         "engine_args": list(ENGINE_ARGS),
         "repetitions": len(starts),
-        "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone",
+        "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone, "
+        "with an empty VLLM_CACHE_ROOT (no compiled graphs from an earlier start)",
         "timelines_s": timelines,
         "plain_s": plain_s,
     }
