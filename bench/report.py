@@ -306,7 +306,7 @@ def summary_table(figures: Sequence[Record]) -> str:
         if figure["skipped"]:
             lines.append(f"| {_row(figure)[0]} | - | - | - | {_row(figure)[4]} |")
             continue
-        wanted = ("noticed", "our share", "group serving again")
+        wanted = ("noticed", "our share", "group serving again", "until every node")
         if figure.get("goal") or any(word in figure["name"] for word in wanted):
             row = _row(figure)
             lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]} |")
