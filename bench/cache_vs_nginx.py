@@ -251,6 +251,8 @@ def download(curl: str, url: str, size: int) -> float:
         [
             curl,
             "-s",
+            "--max-time",  # bounded: a stuck server fails the run instead of hanging it
+            "300",
             "-o",
             "/dev/null",
             "-w",
