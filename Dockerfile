@@ -27,9 +27,12 @@ RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     && if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
         PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes torchvision torchaudio torchcodec; \
     fi \
-    && useradd --uid 10001 --user-group --create-home --home-dir /home/serve serve
-# Numeric user, so that Kubernetes can verify runAsNonRoot.
-USER 10001:10001
+    && { getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home serve; } \
+    && mkdir -p /home/serve && chown 1000:1000 /home/serve
+# Numeric user, so that Kubernetes can verify runAsNonRoot. uid 1000 is what the chart runs every
+# pod as (podSecurityContext), like KServe's storage initializer that stages models for these pods;
+# some bases already have a user 1000 (Ubuntu 24.04's `ubuntu`), which is then reused.
+USER 1000:1000
 ENV HOME=/home/serve \
     HF_HOME=/home/serve/.cache/huggingface \
     PYTHONUNBUFFERED=1
@@ -42,8 +45,8 @@ CMD ["--help"]
 FROM ${CACHE_BASE} AS cache
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     python3 -m pip install --no-cache-dir /src/runtime \
-    && useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent cache
-USER 10001:10001
+    && useradd --uid 1000 --user-group --no-create-home --home-dir /nonexistent cache
+USER 1000:1000
 ENV PYTHONUNBUFFERED=1
 EXPOSE 8090
 ENTRYPOINT ["multinode-llm"]

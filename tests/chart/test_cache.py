@@ -298,3 +298,12 @@ def test_the_notes_say_where_the_cache_answers_and_how_releases_use_it(helm4: st
     assert "port-forward svc/llm-multinode-llm-predictor 8080:80" in notes
     assert "Model cache:" in notes
     assert f"modelCache.endpoint={NODE_LOCAL}" in notes
+
+
+def test_the_cache_gets_extra_environment_such_as_a_proxy_after_its_own(major: str) -> None:
+    proxy = [{"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"}]
+    values = deep_merge(CACHE_ONLY, {"modelCache": {"env": proxy}})
+    env = container(cache_objects(major, values)["daemonset"])["env"]
+    names = [entry["name"] for entry in env]
+    assert names[:2] == ["POD_IP", "PYTHONDONTWRITEBYTECODE"]
+    assert env[-1] == proxy[0]

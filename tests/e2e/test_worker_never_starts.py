@@ -35,7 +35,11 @@ def test_the_head_fails_at_its_deadline_naming_the_missing_worker(
         )  # it gave up at its deadline, not before, not much later
         log = Path(last["log"]).read_text(errors="replace")
         assert f"did not form within {WAIT_S} s" in log
-        assert "1 worker missing (1 of RAY_NODE_COUNT=2 nodes joined)" in log
+        assert "1 worker missing (1 of RAY_NODE_COUNT=2 nodes joined: " in log
+        # the head pod is named (a pod's hostname is its name), and where to look for the worker
+        assert "-predictor-" in log
+        assert ", head))" in log
+        assert "kubectl get pods -l app=isvc." in log
         assert not group.pod("head")["ready"]
         record(
             SCENARIO,

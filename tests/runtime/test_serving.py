@@ -44,7 +44,8 @@ def test_head_without_its_worker_exits_at_the_deadline_naming_it(
     )
     log = head.log()
     assert "the group did not form within 20 s (--wait-timeout, GROUP_WAIT_TIMEOUT): " in log
-    assert "1 worker missing (1 of RAY_NODE_COUNT=2 nodes joined)" in log
+    assert "1 worker missing (1 of RAY_NODE_COUNT=2 nodes joined: " in log
+    assert ", head))" in log  # the joined node is named, with its address
     assert "1 of 2 GPUs missing" in log
     assert 20 <= elapsed < 60
     assert _pids(head) == []  # vLLM (started early) and Ray went with it

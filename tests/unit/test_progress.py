@@ -15,8 +15,20 @@ def test_one_of_two_nodes_waits_for_one_worker() -> None:
     now = progress([_node("10.0.0.1", 2)], expected_nodes=2, expected_gpus=4)
     assert not now.complete
     assert now.line() == "1/2 nodes, 2/4 GPUs; waiting for 1 worker"
-    assert now.missing().startswith("1 worker missing (1 of RAY_NODE_COUNT=2 nodes joined)")
+    assert now.missing().startswith(
+        "1 worker missing (1 of RAY_NODE_COUNT=2 nodes joined: node (10.0.0.1))"
+    )
     assert "2 of 4 GPUs missing" in now.missing()
+
+
+def test_the_missing_message_names_the_nodes_that_joined() -> None:
+    head = RayNodeInfo("h", "10.0.0.1", True, 1, 6380, is_head=True, hostname="llm-predictor-abc")
+    worker = RayNodeInfo("w", "10.0.0.2", True, 1, 6380, hostname="llm-predictor-worker-x")
+    now = progress([head, worker], expected_nodes=3, expected_gpus=3)
+    assert now.missing().startswith(
+        "1 worker missing (2 of RAY_NODE_COUNT=3 nodes joined: llm-predictor-abc (10.0.0.1, head), "
+        "llm-predictor-worker-x (10.0.0.2))"
+    )
 
 
 def test_dead_nodes_do_not_count() -> None:

@@ -78,6 +78,7 @@ class HeadConfig:
     http_port: int = DEFAULT_HTTP_PORT
     early_engine_start: bool = True
     vllm_args: tuple[str, ...] = field(default_factory=tuple)  # passed to vLLM untouched
+    isvc_name: str = ""  # INFERENCE_SERVICE_NAME: names the worker pods in messages
 
     @property
     def model_is_dir(self) -> bool:
@@ -122,6 +123,7 @@ def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
         http_port=reader.port("port", None, DEFAULT_HTTP_PORT),
         early_engine_start=bool(reader.flag("early_engine_start", True)),
         vllm_args=tuple(str(arg) for arg in _as_list(reader.flag("vllm_args", ()))),
+        isvc_name=env.get("INFERENCE_SERVICE_NAME", "").strip(),
     )
 
 

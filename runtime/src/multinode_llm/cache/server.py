@@ -68,7 +68,11 @@ async def running(settings: Settings) -> AsyncIterator[web.TCPSite]:
     metrics = Metrics()
     store = Store(settings.store, settings.max_store_bytes)
     store.open()
-    upstream_session = aiohttp.ClientSession(timeout=UPSTREAM_TIMEOUT, auto_decompress=False)
+    # trust_env: HTTPS_PROXY/NO_PROXY apply to the Hub (clusters that reach it through a proxy);
+    # peers are always reached directly.
+    upstream_session = aiohttp.ClientSession(
+        timeout=UPSTREAM_TIMEOUT, auto_decompress=False, trust_env=True
+    )
     peer_session = aiohttp.ClientSession(timeout=PEER_TIMEOUT, auto_decompress=False)
     upstream = Upstream(settings.upstream, upstream_session, metrics)
     toward = [

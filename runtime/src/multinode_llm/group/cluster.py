@@ -83,4 +83,5 @@ def _node_info(entry: dict[str, Any]) -> RayNodeInfo:
         gpus=float(resources.get("GPU", 0.0)),
         raylet_port=int(entry.get("NodeManagerPort", 0) or 0),
         is_head="node:__internal_head__" in resources,
+        hostname=str(entry.get("NodeManagerHostname", "")),
     )

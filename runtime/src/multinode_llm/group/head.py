@@ -157,14 +157,20 @@ class HeadSupervisor(Supervisor):
                 log.info("%s (%.0f s of %.0f s)", line, deadline.elapsed, deadline.seconds)
                 last_line, last_log = line, time.monotonic()
             if deadline.passed():
-                node = self.config.node
                 raise GroupError(
                     f"the group did not form within {deadline.seconds:.0f} s "
-                    f"(--wait-timeout, GROUP_WAIT_TIMEOUT): {progress.missing()}; check that every "
-                    "worker pod runs and reaches the head's Ray GCS at "
-                    f"{node.pod_ip}:{node.ray_ports.gcs}"
+                    f"(--wait-timeout, GROUP_WAIT_TIMEOUT): {progress.missing()}; "
+                    f"{self._where_to_look()}"
                 )
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
+
+    def _where_to_look(self) -> str:
+        node = self.config.node
+        pods = "every worker pod"
+        if self.config.isvc_name:  # KServe labels worker pods app=isvc.<name>-predictor-worker
+            pods += f" (kubectl get pods -l app=isvc.{self.config.isvc_name}-predictor-worker)"
+        gcs = f"{node.pod_ip}:{node.ray_ports.gcs}"
+        return f"check that {pods} runs and reaches the head's Ray GCS at {gcs}"
 
     async def _monitor(self, watch: GroupWatch) -> int:
         self.state.phase = "serving"

@@ -16,6 +16,12 @@ class RayNodeInfo:
     gpus: float
     raylet_port: int
     is_head: bool = False
+    hostname: str = ""  # the pod's name in Kubernetes (a pod's hostname is its name)
+
+    def describe(self) -> str:
+        """How a person finds this node: 'x-predictor-abc (10.0.0.5, head)'."""
+        role = ", head" if self.is_head else ""
+        return f"{self.hostname or 'node'} ({self.ip}{role})"
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,7 @@ class GroupProgress:
     expected_nodes: int
     gpus: int
     expected_gpus: int
+    joined: tuple[str, ...] = ()  # RayNodeInfo.describe() of each live node
 
     @property
     def complete(self) -> bool:
@@ -48,9 +55,10 @@ class GroupProgress:
         """What is missing, said so that someone can act on it."""
         parts = []
         if self.missing_workers:
+            joined = f": {', '.join(self.joined)}" if self.joined else ""
             parts.append(
                 f"{_workers(self.missing_workers)} missing ({self.nodes} of RAY_NODE_COUNT="
-                f"{self.expected_nodes} nodes joined)"
+                f"{self.expected_nodes} nodes joined{joined})"
             )
         if self.gpus < self.expected_gpus:
             parts.append(
@@ -70,6 +78,7 @@ def progress(
         expected_nodes=expected_nodes,
         gpus=int(sum(node.gpus for node in alive)),
         expected_gpus=expected_gpus,
+        joined=tuple(node.describe() for node in alive),
     )
 
 

@@ -140,6 +140,7 @@ def _write_weights(path: Path, vocab_size: int) -> None:
     tensors["model.norm.weight"] = np.ones(HIDDEN, dtype=np.float32)
     tensors["lm_head.weight"] = dense(vocab_size, HIDDEN)
     save_file(tensors, str(path), metadata={"format": "pt"})
+    path.chmod(0o644)  # safetensors writes for its owner only; the pods run as another user
 
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:
