@@ -24,11 +24,15 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.cache.harness import CacheProcess, free_port, raw_request, wait_until  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench.figures import Figure
 
 FILE = "model.safetensors"
 
@@ -57,14 +61,34 @@ def main() -> int:
         help="work and result directory",
     )
     args = parser.parse_args()
+    try:
+        results = measure(args.size_mib, args.runs, args.clients, args.out)
+    except MissingToolError as missing:
+        print(missing, file=sys.stderr)
+        return 2
+    report(results, args.clients)
+    (args.out / "cache-vs-nginx.json").write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+class MissingToolError(Exception):
+    """nginx or curl is not installed: the benchmark cannot run here."""
+
+
+def tools() -> tuple[str, str]:
+    """(nginx, curl), or MissingToolError saying how to install them."""
     nginx, curl = shutil.which("nginx") or "/usr/sbin/nginx", shutil.which("curl")
     if not Path(nginx).exists() or curl is None:
-        print("needs nginx and curl: apt-get install -y nginx-light curl", file=sys.stderr)
-        return 2
+        raise MissingToolError("needs nginx and curl: apt-get install -y nginx-light curl")
+    return nginx, curl
 
-    work = args.out / "cache-vs-nginx"
+
+def measure(size_mib: int, runs: int, clients: int, out: Path) -> dict[str, float]:
+    """Fill the cache, then ``runs`` paired downloads from it and from nginx: the figures."""
+    nginx, curl = tools()
+    work = out / "cache-vs-nginx"
     model = work / "model"
-    blob = make_blob(model / FILE, args.size_mib << 20)
+    blob = make_blob(model / FILE, size_mib << 20)
     processes: list[subprocess.Popen[bytes]] = []
     cache: CacheProcess | None = None
     try:
@@ -87,22 +111,53 @@ def main() -> int:
         one: dict[str, list[float]] = {"cache": [], "nginx": []}
         many: dict[str, list[float]] = {"cache": [], "nginx": []}
         servers = [("cache", cache_url), ("nginx", nginx_url)]
-        for run in range(args.runs):  # in pairs, order alternating: drift hits both alike
+        for run in range(runs):  # in pairs, order alternating: drift hits both alike
             for name, url in servers if run % 2 == 0 else servers[::-1]:
                 one[name].append(download(curl, url, blob))
-                many[name].append(aggregate(curl, url, blob, args.clients))
-        results = summarize(one, many, args.clients)
-        results.update(size_bytes=blob, runs=args.runs, clients=args.clients)
+                many[name].append(aggregate(curl, url, blob, clients))
+        results = summarize(one, many, clients)
+        results.update(size_bytes=blob, runs=runs, clients=clients)
         results.update(load_before=load_before, load_after=os.getloadavg()[0])
-        report(results, args.clients)
-        (args.out / "cache-vs-nginx.json").write_text(json.dumps(results, indent=2) + "\n")
-        return 0
+        return results
     finally:
         if cache:
             cache.stop()
         for process in processes:
             process.terminate()
             process.wait(10)
+        shutil.rmtree(work / "store", ignore_errors=True)
+
+
+def figures(results: dict[str, float]) -> list[Figure]:
+    """The results as the bench's figure records (``python -m bench``)."""
+    from bench.figures import Figure, Goal, Load
+
+    clients = int(results["clients"])
+    config = {
+        "blob_bytes": int(results["size_bytes"]),
+        "paired_runs": int(results["runs"]),
+        "client": "curl to /dev/null over loopback, from the page cache",
+        "nginx": "Debian's nginx, sendfile on, tcp_nopush on, worker_processes auto",
+        "cache": "multinode-llm cache serve, filled once from the FAKE Hub",
+    }
+    load = Load(results["load_before"], results["load_after"])
+    goal = Goal("ratio", ">=", 0.9, "cache warm throughput >= 0.9 of nginx")
+    return [
+        Figure(
+            benchmark="cache",
+            name=f"warm blob, {label}: throughput",
+            unit="MB/s",
+            value=results[f"cache_{key}_mb_s"],
+            baseline=results[f"nginx_{key}_mb_s"],
+            baseline_name="nginx (sendfile), same file, same client",
+            config={**config, "clients": 1 if key == "one_client" else clients},
+            load=load,
+            goal=goal,
+            paired_ratio=results[f"ratio_{key}"],
+            spread=(results[f"ratio_{key}_min"], results[f"ratio_{key}_max"]),
+        )
+        for key, label in (("one_client", "1 client"), (f"{clients}_clients", f"{clients} clients"))
+    ]
 
 
 def summarize(
@@ -196,6 +251,8 @@ def download(curl: str, url: str, size: int) -> float:
         [
             curl,
             "-s",
+            "--max-time",  # bounded: a stuck server fails the run instead of hanging it
+            "300",
             "-o",
             "/dev/null",
             "-w",

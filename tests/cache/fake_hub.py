@@ -43,12 +43,22 @@ class FakeRepo:
     gated: bool = False
     readers: set[str] = field(default_factory=set)  # tokens that may read a private or gated repo
     lfs_threshold: int = 10 * 1024
+    # path -> (the content hashed, its sha256): hashing a large file on every request would
+    # serialize the fake Hub's one event loop for seconds per request (hundreds of MiB).
+    _sha256: dict[str, tuple[bytes, bytes]] = field(default_factory=dict, repr=False)
+
+    def sha256(self, path: str) -> bytes:
+        content = self.files[path]
+        cached = self._sha256.get(path)
+        if cached is None or cached[0] is not content:  # a file replaced is hashed again
+            cached = self._sha256[path] = (content, hashlib.sha256(content).digest())
+        return cached[1]
 
     @property
     def commit(self) -> str:
         digest = hashlib.sha1(usedforsecurity=False)
         for path in sorted(self.files):
-            digest.update(path.encode() + b"\0" + hashlib.sha256(self.files[path]).digest())
+            digest.update(path.encode() + b"\0" + self.sha256(path))
         return digest.hexdigest()
 
     def is_lfs(self, path: str) -> bool:
@@ -56,7 +66,7 @@ class FakeRepo:
 
     def etag(self, path: str) -> str:
         content = self.files[path]
-        return hashlib.sha256(content).hexdigest() if self.is_lfs(path) else git_sha1(content)
+        return self.sha256(path).hex() if self.is_lfs(path) else git_sha1(content)
 
     @property
     def size(self) -> int:
@@ -87,7 +97,11 @@ class FakeHub:
         self.client_requests = (
             0  # requests with huggingface_hub's user agent: the cache was bypassed
         )
-        self.bytes_per_second: float | None = None  # throttle blob bodies
+        self.bytes_per_second: float | None = None  # throttle each blob body on its own
+        # Throttle all blob bodies together, as one uplink shared by every connection (FIFO by
+        # chunk): the upstream of a benchmark where N downloaders split a fixed bandwidth.
+        self.link_bytes_per_second: float | None = None
+        self._link_free_at = 0.0  # when the shared link has sent everything queued on it
         self.corrupt: set[str] = set()  # paths served with one byte flipped
         self.xet = True
         self._lock = threading.Lock()
@@ -360,8 +374,18 @@ class FakeHub:
                 ahead = (offset + CHUNK) / self.bytes_per_second - (time.monotonic() - began)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
+            if self.link_bytes_per_second:
+                await self._through_link(min(CHUNK, len(body) - offset))
         await response.write_eof()
         return response
+
+    async def _through_link(self, size: int) -> None:
+        """Wait until the shared link has carried ``size`` more bytes after those queued before."""
+        assert self.link_bytes_per_second
+        now = time.monotonic()
+        # One event loop runs every response: no lock needed around the link's clock.
+        self._link_free_at = max(now, self._link_free_at) + size / self.link_bytes_per_second
+        await asyncio.sleep(self._link_free_at - now)
 
 
 def _token(request: web.Request) -> str:

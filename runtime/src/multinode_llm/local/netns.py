@@ -102,13 +102,20 @@ class Network:
 
     def set_hosts(self, host: Host, names: Mapping[str, str | Sequence[str]]) -> None:
         """Write the namespace's ``/etc/hosts``: localhost and ``names`` (name -> IP, or the IPs
-        of every pod behind a headless Service: one line each, as DNS would return them all)."""
+        of every pod behind a headless Service: one line each, as DNS would return them all).
+
+        Also its ``/etc/resolv.conf``: a nameserver on the namespace's own loopback, where none
+        listens, so that any other lookup fails at once. The host's nameserver is not reachable
+        from a namespace: each lookup would wait out the resolver's timeouts (10 s), and
+        PyTorch's c10d looks up the name of every peer's address while vLLM starts a group.
+        """
         lines = ["127.0.0.1 localhost", "::1 localhost"]
         for name, ips in sorted(names.items()):
             lines += [f"{ip} {name}" for ip in ([ips] if isinstance(ips, str) else ips)]
         directory = NETNS_ETC / host.namespace
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "hosts").write_text("\n".join(lines) + "\n")
+        (directory / "resolv.conf").write_text("nameserver 127.0.0.1\n")
 
     def destroy(self) -> None:
         """Remove every namespace, veth, hosts file and bridge this prefix names. Safe to repeat."""

@@ -1,0 +1,514 @@
+"""Group start-up and recovery on the local cluster, against one plain vLLM server's start-up.
+
+Start-up: the chart's PP=2 group (a head and a worker pod, the built-in local values) is started by
+the local cluster (`multinode_llm.local.cluster`), and its phases are read from three sources:
+- the kubelet's events (each container Started, the head pod Ready), as Kubernetes would record;
+- each supervisor's ``GET :8081/status`` timeline (Ray head up, engine started, each node joined as
+  the head saw it, group complete, engine ready, ready; the worker's own "joined");
+- this benchmark's own polls, every 50 ms, of the head's vLLM (the moment the engine really
+  answers and lists the model) and of the head's ``/ready`` (the moment our readiness turns true).
+The baseline is one plain `python -m vllm.entrypoints.openai.api_server` on the same model and
+engine arguments, started alone, timed from its start until it lists the model. Plain and group
+starts alternate.
+
+Recovery: in the last group, the worker's container is killed (SIGKILL to its PID 1, as a node
+dies); measured until the head's readiness drops, the head restarts, and a completion through the
+head's Service succeeds again.
+
+KServe's own runtime has no timeline to read; its delays follow from its periods (the design note
+and config/runtimes/kserve-huggingfaceserver-multinode.yaml): the head polls for registered nodes
+every 2 s before it even starts vLLM; the head's startup probe waits 60 s, then runs every 30 s,
+and readiness every 5 s after it; each probe is an exec of Python that imports ray (3.7 s wall on
+this kind of machine); liveness fails after 2 misses 5 s apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.figures import Figure, Goal, Load, load_average
+from bench.sandbox import LOCAL_NET, http_get, http_post_json, tail, wait_until
+
+MODEL_DIR = "tiny-llama"  # the built-in local values serve pvc://models/tiny-llama
+MODEL_NAME = "tiny-llama"
+ENGINE_ARGS = ("--max-model-len=512", "--max-num-seqs=8")  # the local values' vllm.args
+LOGS = Path(__file__).resolve().parent / "out" / "group"  # the last group's logs, for a look
+POLL_S = 0.05
+READY_TIMEOUT_S = 900.0
+RECOVERY_TIMEOUT_S = 600.0
+
+# KServe's multi-node runtime, by construction (see the module docstring).
+KSERVE_EXEC_PROBE_S = 3.7
+KSERVE_NODE_POLL_S = 2.0
+KSERVE_STARTUP = {"initial_delay": 60.0, "period": 30.0}
+KSERVE_READINESS_PERIOD_S = 5.0
+KSERVE_LIVENESS = {"period": 5.0, "failures": 2}
+
+READY_DETECTION_GOAL = Goal("value", "<=", 2.0, "ready detection within 2 s of the engine ready")
+GROUP_READY_GOAL = Goal(
+    "difference", "<=", 5.0, "a PP=2 group Ready within 5 s of one plain vLLM server's start"
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    repetitions: int = 2  # group starts (and as many plain starts), alternating
+    recovery: bool = True
+
+
+@dataclass
+class GroupStart:
+    """Wall-clock times (time.time()) of one group start's events; see ``events``."""
+
+    events: dict[str, float] = field(default_factory=dict)
+
+    def since_start(self) -> dict[str, float]:
+        t0 = self.events["first container started"]
+        return {name: at - t0 for name, at in sorted(self.events.items(), key=lambda kv: kv[1])}
+
+
+def measure(options: Options, claim: Path, log: Callable[[str], None]) -> list[Figure]:
+    """Alternate plain and group starts; then kill a worker of the last group (recovery)."""
+    plain_s: list[float] = []
+    starts: list[GroupStart] = []
+    recovery: dict[str, float] = {}
+    how = ""
+    with load_average() as load:
+        for repetition in range(options.repetitions):
+            plain_s.append(_plain_start(claim))
+            log(f"startup {repetition + 1}/{options.repetitions}: plain vLLM {plain_s[-1]:.1f} s")
+            last = repetition == options.repetitions - 1
+            with _LocalGroup(claim, log) as group:
+                starts.append(group.start())
+                timeline = starts[-1].since_start()
+                log(
+                    f"startup {repetition + 1}/{options.repetitions}: group Ready "
+                    f"{timeline['head pod Ready (kubelet)']:.1f} s"
+                )
+                if last and options.recovery:
+                    recovery, how = group.kill_worker()
+                    log(f"recovery: serving again {recovery['serving again']:.1f} s after the kill")
+    figures = _startup_figures(starts, plain_s, load)
+    if options.recovery:
+        figures += _recovery_figures(recovery, how, plain_s, load)
+    return figures
+
+
+# The baseline ---------------------------------------------------------------------------------
+
+
+def _plain_start(claim: Path) -> float:
+    """Seconds from starting one plain vLLM server until it lists the model (it is then stopped)."""
+    port = _free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(claim / MODEL_DIR),
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *ENGINE_ARGS,
+    ]
+    # A cache root of its own, empty: vLLM saves the model's compiled graphs under ~/.cache/vllm
+    # and a second start would load them, where each pod of the group starts with an empty /tmp
+    # (its HOME). Both start cold.
+    cache_root = Path(tempfile.mkdtemp(prefix="vllm-cache-", dir=claim.parent))
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CACHE_ROOT": str(cache_root),
+    }
+    log_path = claim.parent / "plain-vllm.log"
+    with log_path.open("wb") as output:
+        started = time.time()
+        process = subprocess.Popen(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"plain vLLM exited:\n{tail(log_path.read_text())}")
+            return _lists_model(f"http://127.0.0.1:{port}")
+
+        wait_until(ready, READY_TIMEOUT_S, "plain vLLM to list the model", POLL_S)
+        return time.time() - started
+    finally:
+        _stop_group(process)
+        shutil.rmtree(cache_root, ignore_errors=True)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, LOGS / "plain-vllm.log")  # to compare its phases with the group's
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM vLLM's server (it stops its engine core), SIGKILL its process group after 20 s."""
+    process.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(20)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _lists_model(base: str) -> bool:
+    status, body = http_get(f"{base}/v1/models", timeout=1.0)
+    return status == 200 and MODEL_NAME.encode() in body
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# The group -------------------------------------------------------------------------------------
+
+
+class _LocalGroup:
+    """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
+
+    def __init__(self, claim: Path, log: Callable[[str], None]) -> None:
+        self.claim = claim
+        self.log = log
+        self.plan: Any = None
+
+    def __enter__(self) -> _LocalGroup:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        from multinode_llm.local import cluster
+
+        self._keep_logs()
+        cluster.down(LOCAL_NET[0])
+
+    def _keep_logs(self) -> None:
+        """Copy every container log to bench/out/group/ (the cluster's state goes with down)."""
+        LOGS.mkdir(parents=True, exist_ok=True)
+        for pod in self.status().get("pods", []):
+            for container in pod["containers"]:
+                for run in (container.get("last_state") or {}, container):
+                    if run.get("log") and Path(run["log"]).exists():
+                        shutil.copy(run["log"], LOGS / f"{pod['role']}-{Path(run['log']).name}")
+
+    def status(self) -> dict[str, Any]:
+        from multinode_llm.local import cluster
+
+        return cluster.status(LOCAL_NET[0]) or {}
+
+    def pod(self, role: str) -> dict[str, Any]:
+        return next(p for p in self.status().get("pods", []) if p["role"] == role)
+
+    def events(self, reason: str, role: str | None = None) -> list[dict[str, Any]]:
+        names = {p["name"] for p in self.status().get("pods", []) if role in (None, p["role"])}
+        return [
+            e
+            for e in self.status().get("events", [])
+            if e["reason"] == reason and e["pod"] in names
+        ]
+
+    def start(self) -> GroupStart:
+        from multinode_llm.local import cluster
+
+        prefix, subnet = LOCAL_NET
+        options = cluster.UpOptions(
+            volumes={"models": self.claim}, prefix=prefix, subnet=str(subnet), port=0
+        )
+        self.plan = cluster.start(options, progress=lambda line: self.log(f"  local: {line}"))
+        head = next(p for p in self.plan.pods if p.role == "head")
+        watch = _Watch(f"http://{head.ip}:8080", f"http://{head.ip}:8081/ready")
+        watch.start()
+        try:
+            wait_until(
+                lambda: self._head_ready_or_failed(),
+                READY_TIMEOUT_S,
+                "the head pod to be Ready",
+                0.2,
+            )
+        finally:
+            watch.stop()
+        return self._timeline(head.ip, watch)
+
+    def _head_ready_or_failed(self) -> bool:
+        head = self.pod("head")
+        if head["restarts"]:
+            raise RuntimeError(
+                f"the head restarted during start-up: see {head['containers'][0]['log']}"
+            )
+        return bool(head["ready"])
+
+    def _timeline(self, head_ip: str, watch: _Watch) -> GroupStart:
+        start = GroupStart()
+        started = self.events("Started")
+        start.events["first container started"] = min(e["time"] for e in started)
+        for started_event in started:
+            role = "head" if started_event["pod"] == self.pod("head")["name"] else "worker"
+            start.events[f"{role} container started"] = started_event["time"]
+        start.events["head pod Ready (kubelet)"] = min(
+            e["time"] for e in self.events("Ready", "head")
+        )
+        if watch.engine_at is None or watch.ready_at is None:
+            raise RuntimeError("the polls never saw the engine answer or /ready turn 200")
+        start.events["engine answers (bench poll)"] = watch.engine_at
+        start.events["/ready 200 (bench poll)"] = watch.ready_at
+        head_events = _supervisor_timeline(f"http://{head_ip}:8081/status")
+        names = {
+            "ray_head_up": "Ray head up",
+            "engine_started": "vLLM started",
+            "group_complete": "all GPUs registered",
+            "engine_ready": "engine ready (supervisor)",
+            "ready": "ready (supervisor)",
+        }
+        for event, at in head_events.items():
+            if event.startswith("node_joined:") and event != f"node_joined:{head_ip}":
+                start.events[f"head saw worker {event.split(':', 1)[1]}"] = at
+            elif event in names:
+                start.events[names[event]] = at
+        for worker in (p for p in self.status()["pods"] if p["role"] == "worker"):
+            joined = _supervisor_timeline(f"http://{worker['ip']}:8081/status").get("joined")
+            if joined is not None:
+                start.events[f"worker {worker['ip']} joined (its supervisor)"] = joined
+        return start
+
+    def kill_worker(self) -> tuple[dict[str, float], str]:
+        """SIGKILL the worker container; seconds from then until each stage of the recovery, and
+        how the head's previous container ended (killed by its liveness probe, or exited)."""
+        head_before = self.pod("head")
+        head_ip = head_before["ip"]
+        stages: dict[str, float] = {}
+        checks: dict[str, Callable[[], bool]] = {
+            "head /ready 503": lambda: http_get(f"http://{head_ip}:8081/ready", 1.0)[0] == 503,
+            "head pod NotReady (kubelet)": lambda: not self.pod("head")["ready"],
+            "head restarted": lambda: self.pod("head")["restarts"] > head_before["restarts"],
+            "head pod Ready again (kubelet)": lambda: (
+                "head restarted" in stages and bool(self.pod("head")["ready"])
+            ),
+            "serving again": lambda: "head pod Ready again (kubelet)" in stages and self._serves(),
+        }
+        killed = time.time()
+        os.kill(int(self.pod("worker")["containers"][0]["init_pid"]), signal.SIGKILL)
+
+        def all_seen() -> bool:  # every check each round: the stages may come in any order
+            for name, check in checks.items():
+                if name not in stages and check():
+                    stages[name] = time.time() - killed
+            return len(stages) == len(checks)
+
+        wait_until(all_seen, RECOVERY_TIMEOUT_S, "the group to serve again", POLL_S)
+        previous = self.pod("head")["containers"][0].get("last_state") or {}
+        return stages, str(previous.get("reason", ""))
+
+    def _serves(self) -> bool:
+        """One completion through the head's Service (the local cluster's forwarded port)."""
+        body = {"model": MODEL_NAME, "prompt": "The group", "max_tokens": 4}
+        return http_post_json(f"{self.plan.url}/completions", body) == 200
+
+
+class _Watch:
+    """Polls the head's engine and ``/ready`` every 50 ms in a thread; notes when each answers."""
+
+    def __init__(self, engine: str, ready: str) -> None:
+        self.engine = engine
+        self.ready = ready
+        self.engine_at: float | None = None
+        self.ready_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and (self.engine_at is None or self.ready_at is None):
+            if self.engine_at is None and _lists_model(self.engine):
+                self.engine_at = time.time()
+            if self.ready_at is None and http_get(self.ready, timeout=1.0)[0] == 200:
+                self.ready_at = time.time()
+            self._stop.wait(POLL_S)
+
+
+def _supervisor_timeline(url: str) -> dict[str, float]:
+    """A supervisor's timeline in wall-clock seconds (its times count from its own start)."""
+    asked = time.time()
+    status, body = http_get(url)
+    answered = time.time()
+    if status != 200:
+        raise RuntimeError(f"{url} answered {status}")
+    data = json.loads(body)
+    started = (asked + answered) / 2 - float(data["uptime_s"])
+    return {event: started + float(at) for event, at in data["timeline_s"].items()}
+
+
+# Figures ---------------------------------------------------------------------------------------
+
+
+def kserve_ready_delay() -> float:
+    """Expected seconds from engine ready to Ready with KServe's probes (engine ready after 60 s):
+    half a startup period, one exec, half a readiness period, one more exec."""
+    return (
+        KSERVE_STARTUP["period"] / 2
+        + KSERVE_EXEC_PROBE_S
+        + KSERVE_READINESS_PERIOD_S / 2
+        + KSERVE_EXEC_PROBE_S
+    )
+
+
+def _startup_figures(starts: list[GroupStart], plain_s: list[float], load: Load) -> list[Figure]:
+    timelines = [start.since_start() for start in starts]
+    config = {
+        "group": "the chart's PP=2 TP=1 group (built-in local values: probes every 2 s)",
+        "model": "tiny random-weight Llama",
+        "engine_args": list(ENGINE_ARGS),
+        "repetitions": len(starts),
+        "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone, "
+        "with an empty VLLM_CACHE_ROOT (no compiled graphs from an earlier start)",
+        "timelines_s": timelines,
+        "plain_s": plain_s,
+    }
+    plain = statistics.median(plain_s)
+
+    def median(pick: Callable[[dict[str, float]], float]) -> float:
+        return statistics.median(pick(t) for t in timelines)
+
+    joins = [
+        max(
+            t[seen] - t[f"worker {seen.split()[-1]} joined (its supervisor)"]
+            for seen in t
+            if seen.startswith("head saw worker ")
+        )
+        for t in timelines
+    ]
+    return [
+        Figure(
+            benchmark="startup",
+            name="PP=2 group: first container started -> head pod Ready",
+            unit="s",
+            value=median(lambda t: t["head pod Ready (kubelet)"]),
+            baseline=plain,
+            baseline_name="one plain vLLM server: start -> lists the model",
+            config=config,
+            load=load,
+            goal=GROUP_READY_GOAL,
+            runs=[
+                {"group": t["head pod Ready (kubelet)"], "plain": p}
+                for t, p in zip(timelines, plain_s, strict=True)
+            ],
+        ),
+        Figure(
+            benchmark="startup",
+            name="our share of it: container start -> vLLM start, plus engine answers -> pod Ready",
+            unit="s",
+            value=median(_our_share),
+            baseline=median(lambda t: t["head pod Ready (kubelet)"]),
+            baseline_name="the group's whole start-up (the rest is vLLM's own, Ray executor)",
+            config=config,
+            load=load,
+        ),
+        Figure(
+            benchmark="startup",
+            name="engine answers -> our /ready 200 (supervisor's detection)",
+            unit="s",
+            value=median(lambda t: t["/ready 200 (bench poll)"] - t["engine answers (bench poll)"]),
+            baseline=kserve_ready_delay(),
+            baseline_name="KServe's runtime by construction (probe periods, exec probes)",
+            config=config,
+            load=load,
+            goal=READY_DETECTION_GOAL,
+        ),
+        Figure(
+            benchmark="startup",
+            name="engine answers -> head pod Ready (kubelet, probe period 2 s)",
+            unit="s",
+            value=median(
+                lambda t: t["head pod Ready (kubelet)"] - t["engine answers (bench poll)"]
+            ),
+            baseline=kserve_ready_delay(),
+            baseline_name="KServe's runtime by construction",
+            config=config,
+            load=load,
+        ),
+        Figure(
+            benchmark="startup",
+            name="worker joined -> head noticed it",
+            unit="s",
+            value=statistics.median(joins),
+            baseline=KSERVE_NODE_POLL_S / 2,
+            baseline_name="KServe's head: registered-nodes poll every 2 s (expected delay)",
+            config=config,
+            load=load,
+        ),
+    ]
+
+
+def _our_share(timeline: dict[str, float]) -> float:
+    """What the supervisor adds to a start: before it launches vLLM, and after vLLM answers.
+    Everything between is vLLM starting (its Ray workers' imports, model load, warm-up), which
+    the wait for the workers overlaps."""
+    before = timeline["vLLM started"] - timeline["head container started"]
+    after = timeline["head pod Ready (kubelet)"] - timeline["engine answers (bench poll)"]
+    return before + after
+
+
+def kserve_recovery_detection() -> float:
+    """KServe's head liveness: two failed probes 5 s apart, each an exec of 3.7 s."""
+    return KSERVE_LIVENESS["period"] * KSERVE_LIVENESS["failures"] + KSERVE_EXEC_PROBE_S
+
+
+def _recovery_figures(
+    stages: dict[str, float], how: str, plain_s: list[float], load: Load
+) -> list[Figure]:
+    config = {
+        "group": "the chart's PP=2 TP=1 group (built-in local values)",
+        "fault": "SIGKILL to the worker container's PID 1 (its whole PID namespace dies)",
+        "stages_s": stages,
+        "head_previous_container_ended": how,
+    }
+    plain = statistics.median(plain_s)
+    return [
+        Figure(
+            benchmark="recovery",
+            name="worker killed -> group serving again",
+            unit="s",
+            value=stages["serving again"],
+            baseline=plain,
+            baseline_name="one plain vLLM server's cold start",
+            config=config,
+            load=load,
+            note="the head restarts the whole group: a new vLLM start is the floor",
+        ),
+        Figure(
+            benchmark="recovery",
+            name="worker killed -> head unready (our /ready 503)",
+            unit="s",
+            value=stages["head /ready 503"],
+            baseline=kserve_recovery_detection(),
+            baseline_name="KServe's liveness by construction (2 x 5 s + exec)",
+            config=config,
+            load=load,
+        ),
+    ]

@@ -1,0 +1,100 @@
+"""The benchmark entry point runs on a minimal configuration and writes well-formed results.
+
+No figure is judged here (figures live in bench/, as ratios measured on a quiet machine): this only
+proves that `python -m bench --quick` measures every benchmark it can on this machine, records the
+others as skipped with their reason, and writes results.json, REPORT.md and the plots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = {"serving", "startup", "recovery", "cache"}
+RECORD_KEYS = {
+    "benchmark",
+    "name",
+    "unit",
+    "value",
+    "baseline",
+    "baseline_name",
+    "ratio",
+    "config",
+    "load",
+    "goal",
+    "met",
+    "skipped",
+}
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def quick_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    results = tmp_path_factory.mktemp("bench")
+    command = [sys.executable, "-m", "bench", "--quick", "--results", str(results)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
+    print(run.stdout[-6000:])
+    print(run.stderr[-6000:], file=sys.stderr)
+    return run, results
+
+
+def test_quick_run_exits_zero_and_prints_the_table(quick_run) -> None:
+    run, _ = quick_run
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ratio (range)" in run.stdout
+
+
+def test_results_json_has_one_well_formed_record_per_figure(quick_run) -> None:
+    _, results = quick_run
+    data = json.loads((results / "results.json").read_text())
+    assert data["quick"] is True
+    assert data["machine"]["cores"] >= 1
+    figures = data["figures"]
+    assert {"serving", "startup", "cache"} <= {figure["benchmark"] for figure in figures}
+    for figure in figures:
+        assert figure.keys() >= RECORD_KEYS, figure
+        assert figure["benchmark"] in BENCHMARKS
+        assert not figure["skipped"].startswith("FAILED"), figure["skipped"]
+        if figure["skipped"]:
+            continue  # a skip names its reason; nothing was measured
+        assert math.isfinite(figure["value"]), figure
+        assert math.isfinite(figure["baseline"]), figure
+        assert figure["ratio"] > 0, figure
+        assert min(figure["load"]["before"], figure["load"]["after"]) >= 0
+        assert figure["config"], f"{figure['name']} carries no configuration"
+
+
+def test_skips_say_why(quick_run) -> None:
+    _, results = quick_run
+    for figure in json.loads((results / "results.json").read_text())["figures"]:
+        if figure["value"] is None:
+            assert figure["skipped"], f"{figure['name']} has no value and no reason"
+
+
+def test_report_links_plots_that_exist(quick_run) -> None:
+    _, results = quick_run
+    report = (results / "REPORT.md").read_text()
+    assert report.startswith("# Benchmarks")
+    for line in report.splitlines():
+        if line.startswith("![") and line.endswith(".png)"):
+            png = results / line.split("(")[-1].rstrip(")")
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
+
+
+def test_unknown_benchmark_is_refused_naming_the_choices() -> None:
+    command = [sys.executable, "-m", "bench", "--only", "serve"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert (
+        "unknown benchmark(s) serve: choose from cache-warm, cache-fanout, serving, group"
+        in run.stderr
+    )
