@@ -106,9 +106,8 @@ class HeadSupervisor(Supervisor):
         self.view = ClusterView(f"{node.pod_ip}:{node.ray_ports.gcs}")
         try:
             await self.view.connect()
-        except (
-            Exception
-        ) as error:  # Ray raises its own types; whatever it is, the head cannot go on
+        # Ray raises its own types; whatever it is, the head cannot go on.
+        except Exception as error:
             raise GroupError(
                 f"could not connect to the Ray head at {self.view.address}: {error}"
             ) from error
