@@ -76,9 +76,10 @@ def _keep_image_paths(paths: list[str], targets: list[str]) -> dict[str, int]:
     checkout under /tmp, which the pod's own /tmp covers), it is bound back after the mounts.
     """
     kept: dict[str, int] = {}
-    for path in paths:
-        covered = any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
-        if covered and not any(path.startswith(k + "/") for k in kept):
+    for path in paths:  # sorted: shallowest first, so a deeper path is bound over its parent's
+        # A path below another kept one is kept too: a closed directory between them (a checkout's
+        # .tox that others cannot pass) is covered, and the parent's bind brings back that cover.
+        if any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets):
             kept[path] = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     return kept
 
