@@ -68,7 +68,11 @@ def test_results_json_has_one_well_formed_record_per_figure(quick_run) -> None:
             continue  # a skip names its reason; nothing was measured
         assert math.isfinite(figure["value"]), figure
         assert math.isfinite(figure["baseline"]), figure
-        assert figure["ratio"] > 0, figure
+        # A cost (the supervisor's CPU) can measure 0 at the clock's 10 ms resolution in a quick
+        # run; a rate cannot: something was served.
+        assert figure["ratio"] >= 0, figure
+        if figure["unit"].endswith("/s"):
+            assert figure["ratio"] > 0, figure
         assert min(figure["load"]["before"], figure["load"]["after"]) >= 0
         assert figure["config"], f"{figure['name']} carries no configuration"
 
