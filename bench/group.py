@@ -137,6 +137,7 @@ def _plain_start(claim: Path) -> float:
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_CACHE_ROOT": str(cache_root),
+        "TMPDIR": str(cache_root),  # its engine sockets, removed with it
     }
     log_path = claim.parent / "plain-vllm.log"
     with log_path.open("wb") as output:

@@ -90,7 +90,8 @@ class Pod:
         with (self.directory / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
                 self.host.command(list(argv)),
-                env=dict(env),
+                # vLLM's engine sockets go to the temp dir: the pod's own, removed with it.
+                env={**env, "TMPDIR": str(self.directory)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -119,6 +119,8 @@ class Cluster:
             "POD_NAME": name,
             "POD_NAMESPACE": NAMESPACE,
             "RAY_TEMP_DIR": str(temp_dir / "ray"),
+            # vLLM's engine sockets go to the temp dir: the pod's own, removed with it.
+            "TMPDIR": str(temp_dir),
             **self.env,
             **env,
         }
