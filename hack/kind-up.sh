@@ -42,7 +42,7 @@ fi
 if [[ "$MODE" != "--existing" ]]; then
   docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed): start Docker first"
 fi
-if [[ "$MODE" != "--existing" ]] && ! kind get clusters | grep -qx "$CLUSTER"; then
+if [[ "$MODE" != "--existing" ]] && ! kind get clusters | grep -x "$CLUSTER" >/dev/null; then
   config=$(mktemp)
   trap 'rm -f "$config"' EXIT
   {
