@@ -19,11 +19,14 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm.errors import UserError
 from multinode_llm.local import cluster
 from multinode_llm.local.netns import namespaces_with_prefix
@@ -89,14 +92,17 @@ class LocalGroup:
     def pod(self, role: str) -> dict[str, Any]:
         return self.pods(role)[0]
 
-    def events(
-        self, reason: str, pod: str | None = None, since: float = 0.0
-    ) -> list[dict[str, Any]]:
-        return [
-            e
-            for e in self.status().get("events", [])
-            if e["reason"] == reason and (pod is None or e["pod"] == pod) and e["time"] >= since
-        ]
+    def status_code(self, role: str, path: str) -> int:
+        """The HTTP status the pod's status port answers on ``path`` (what kubelet's probes ask);
+        0 when nothing answers."""
+        url = f"http://{self.pod(role)['ip']}:{STATUS_PORT}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+        except OSError:
+            return 0
 
     def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
         """Wait for ``condition`` with a deadline; return the seconds it took."""

@@ -60,21 +60,17 @@ def test_a_killed_worker_restarts_the_group_without_a_manual_step(
 ) -> None:
     head_before = group.pod("head")
     worker_before = group.pod("worker")
-    killed = group.kill("worker")
+    group.kill("worker")
     started = time.monotonic()
-    unready = group.wait(lambda: not group.pod("head")["ready"], 120, "the head to go unready")
-    group.wait(
-        lambda: (
-            bool(group.events("Unhealthy", head_before["name"], since=killed))
-            and any(
-                "Liveness" in e["message"]
-                for e in group.events("Unhealthy", head_before["name"], since=killed)
-            )
-        ),
-        120,
-        "the head's liveness probe to fail",
+    # What kubelet's liveness probe asks, asked directly and first: the head exits on its own about
+    # 7 s after the loss, often before its 10 s liveness period comes round, and a restarted head
+    # is not liveness-probed until its startup probe passes, so a kubelet Liveness event may never
+    # come. The pod's Ready condition stays false until the group is back, so it is checked after.
+    unlive = group.wait(
+        lambda: group.status_code("head", "/live") == 503, 120, "the head's /live to answer 503"
     )
-    unlive = time.monotonic() - started
+    group.wait(lambda: not group.pod("head")["ready"], 120, "the head to go unready")
+    unready = time.monotonic() - started
     group.wait(
         lambda: group.pod("head")["restarts"] > head_before["restarts"],
         RECOVERY_S,
@@ -93,7 +89,7 @@ def test_a_killed_worker_restarts_the_group_without_a_manual_step(
     assert group.pod("worker")["restarts"] > worker_before["restarts"]
     print(f"the head restarted after the worker was killed: {how}")
     record(SCENARIO, "killed worker -> head unready", unready)
-    record(SCENARIO, "killed worker -> head liveness failed", unlive)
+    record(SCENARIO, "killed worker -> head /live 503", unlive)
     record(SCENARIO, f"killed worker -> head restarted ({how})", restarted)
     record(SCENARIO, "killed worker -> serving again", recovered)
     group.check_ray(tensor=1)
