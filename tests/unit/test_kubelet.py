@@ -263,6 +263,23 @@ def test_failing_liveness_kills_the_whole_container_and_restarts_it(
 
 
 @needs_root
+def test_once_the_pid_file_names_the_kubelet_its_status_lists_every_pod(
+    cluster: tuple[Network, ClusterState], tmp_path: Path
+) -> None:
+    network, state = cluster
+    plan = _standin_pod(network, state, tmp_path, command=["sleep", "30"])
+    listed: list[Any] = []
+
+    async def scenario(kubelet: Kubelet) -> None:
+        del kubelet
+        await _wait(lambda: state.kubelet_pid() == os.getpid(), 10, "the pid file")
+        listed.extend(state.load_status().get("pods", []))
+
+    _run(state, plan, scenario)
+    assert [p["name"] for p in listed] == ["standin-0"]
+
+
+@needs_root
 def test_a_crashing_container_backs_off_before_its_second_restart(
     cluster: tuple[Network, ClusterState], tmp_path: Path
 ) -> None:

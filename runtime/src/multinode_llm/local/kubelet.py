@@ -390,6 +390,9 @@ class Kubelet:
             write_json(Path(pod.directory) / "pod.json", pod.to_json())
             if pod.pending:
                 self.event(pod, "", "FailedScheduling", pod.pending)
+        # Status first, then the pid file: once `local up` sees the kubelet, status lists every pod.
+        self._write_status()
+        self.state.pid_file.write_text(str(os.getpid()))
         tasks = [
             asyncio.create_task(runner.run())
             for pod in self.plan.pods
@@ -554,7 +557,6 @@ def main(argv: list[str] | None = None) -> int:
         log.error("no cluster plan in %s", state.directory)
         return 1
     forward = socket.socket(fileno=args.forward_fd) if args.forward_fd is not None else None
-    state.pid_file.write_text(str(os.getpid()))
     asyncio.run(_serve(state, plan, forward))
     log.info("kubelet stopped")
     return 0
