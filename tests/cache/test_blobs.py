@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from huggingface_hub import hf_hub_download
-from multinode_llm.cache import responses
+from multinode_llm.cache import fills, responses, routes
 from multinode_llm.cache.server import Settings, running
 
 from tests.cache.fake_hub import FakeRepo
@@ -200,3 +200,49 @@ def test_transfers_go_on_in_the_event_loop_when_every_sender_thread_is_busy(
             return bodies
 
     assert asyncio.run(download_twice()) == [files[SHARD]] * 2
+
+
+def test_a_reader_whose_fill_ends_before_its_body_starts_still_sends_that_blob(
+    fake_hub, tmp_path, monkeypatch
+):
+    """In-process: the fill ends, closing its descriptor, while a reader is still sending its
+    headers, and new sockets take the freed descriptor numbers meanwhile. The reader must still
+    send the blob's own bytes: a descriptor duplicated after the fill ended would name one of them
+    (a four-peer fan-out saw sendfile fail with ESPIPE, and the blob fetched upstream twice)."""
+    content = model_files(seed=28)[SHARD]
+    repo = fake_hub.add(FakeRepo("org/quick", {SHARD: content}))
+    active: list[fills.Fills] = []
+    real_start_fill, real_start_body = fills.Fills.start, routes.start_body
+    squatters: list[socket.socket] = []
+
+    def start_fill(self, key, size, sources):  # type: ignore[no-untyped-def]
+        active.append(self)
+        return real_start_fill(self, key, size, sources)
+
+    async def late_start_body(request, headers, size, byte_range):  # type: ignore[no-untyped-def]
+        deadline = asyncio.get_running_loop().time() + 30
+        while any(len(each) for each in active):  # until every fill ended and closed its fd
+            assert asyncio.get_running_loop().time() < deadline, "the fill did not end"
+            await asyncio.sleep(0.01)
+        for _ in range(8):
+            squatters.extend(socket.socketpair())
+        return await real_start_body(request, headers, size, byte_range)
+
+    monkeypatch.setattr(fills.Fills, "start", start_fill)
+    monkeypatch.setattr(routes, "start_body", late_start_body)
+    settings = Settings(
+        upstream=fake_hub.url, store=tmp_path / "store", port=free_port(), host="127.0.0.1"
+    )
+
+    async def download() -> bytes:
+        async with running(settings), aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{settings.port}/org/quick/resolve/{repo.commit}/{SHARD}"
+            async with session.get(url) as response:
+                return await response.read()
+
+    try:
+        assert asyncio.run(download()) == content
+    finally:
+        for squatter in squatters:
+            squatter.close()
+    assert active, "the download did not go through a fill"

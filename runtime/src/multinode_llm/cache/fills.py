@@ -68,7 +68,13 @@ class Fill:
     _progress: asyncio.Event = field(default_factory=asyncio.Event)
 
     def open_reader(self) -> BinaryIO:
-        """A file object on the partial file, valid after it is renamed or the fill ends."""
+        """A file object on the partial file, valid after it is renamed or the fill ends.
+
+        Only while the fill runs: once it ends its descriptor is closed (``fd`` is -1), and the
+        number may name whatever was opened since.
+        """
+        if self.fd < 0:
+            raise RuntimeError(f"the fill of {self.key} has ended: open the stored blob instead")
         return os.fdopen(os.dup(self.fd), "rb", buffering=0)
 
     async def wait_for(self, offset: int) -> None:
@@ -177,6 +183,7 @@ class Fills:
         finally:
             del self._active[fill.key]
             os.close(fill.fd)
+            fill.fd = -1
 
     async def _ingest(self, fill: Fill, hasher: Hash, sources: list[Source]) -> None:
         problems: list[str] = []

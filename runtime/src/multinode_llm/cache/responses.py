@@ -85,30 +85,31 @@ async def send_following(
     request: web.Request,
     response: web.StreamResponse,
     fill: Fill,
+    file: BinaryIO,
     start: int,
     length: int,
     metrics: Metrics,
 ) -> None:
-    """Send ``length`` bytes from ``start`` of a blob still filling; the last byte once verified."""
+    """Send ``length`` bytes from ``start`` of a blob still filling (``file``, from
+    ``fill.open_reader()``); the last byte once verified."""
     last = start + length - 1  # held back until the hash checks out
-    with fill.open_reader() as file:
-        try:
-            position = start
-            while position < last:
-                await fill.wait_for(min(position + FOLLOW_STEP, last))
-                ready = min(fill.written, last) - position
-                await _send(request, response, file, position, ready, metrics)
-                position += ready
-            await asyncio.shield(fill.outcome)
-            if length:
-                await _send(request, response, file, last, 1, metrics)
-            await response.write_eof()
-        except FillFailedError as failure:
-            log.warning("cutting a transfer of %s: %s", fill.key, failure)
-            if request.transport is not None:
-                request.transport.abort()  # the client sees a short body, never a bad complete one
-        except _DISCONNECTS:
-            log.debug("client left during a transfer of %s", fill.key)
+    try:
+        position = start
+        while position < last:
+            await fill.wait_for(min(position + FOLLOW_STEP, last))
+            ready = min(fill.written, last) - position
+            await _send(request, response, file, position, ready, metrics)
+            position += ready
+        await asyncio.shield(fill.outcome)
+        if length:
+            await _send(request, response, file, last, 1, metrics)
+        await response.write_eof()
+    except FillFailedError as failure:
+        log.warning("cutting a transfer of %s: %s", fill.key, failure)
+        if request.transport is not None:
+            request.transport.abort()  # the client sees a short body, never a bad complete one
+    except _DISCONNECTS:
+        log.debug("client left during a transfer of %s", fill.key)
 
 
 async def _send(
@@ -145,18 +146,19 @@ async def _send_in_thread(
     The event loop's own ``loop.sendfile`` runs each transfer's syscalls on the loop's one thread;
     here the thread blocks in poll(2) while the socket is full. The loop leaves the socket alone
     meanwhile: nothing else writes to it (the response is ours) and reading is paused, as
-    ``loop.sendfile`` does too. The thread works on its own duplicate of the socket, so a
-    connection closed under it can never make it write into another one.
+    ``loop.sendfile`` does too. The thread works on its own duplicates of the socket and the
+    file, so a connection or file closed under it can never make it write into another
+    connection or read from another file.
     """
     was_reading = transport.is_reading()
     transport.pause_reading()
     stop = threading.Event()
-    duplicate = os.dup(sock_fd)
+    sock_copy, file_copy = os.dup(sock_fd), os.dup(file.fileno())
     loop = asyncio.get_running_loop()
     _SENDERS.busy += 1
     try:
         return await loop.run_in_executor(
-            _SENDERS.pool, _sendfile_blocking, duplicate, file.fileno(), offset, count, stop
+            _SENDERS.pool, _sendfile_blocking, sock_copy, file_copy, offset, count, stop
         )
     finally:
         _SENDERS.busy -= 1
@@ -189,6 +191,7 @@ def _sendfile_blocking(
         return sent
     finally:
         os.close(sock_fd)
+        os.close(file_fd)
 
 
 async def _copy(response: web.StreamResponse, file: BinaryIO, offset: int, count: int) -> int:

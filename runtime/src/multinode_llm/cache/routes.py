@@ -177,17 +177,20 @@ class Hub:
         )
         if isinstance(fill, web.Response):
             return fill
-        try:
-            await fill.wait_answered()
-        except FillFailedError as failure:
-            return error(
-                failure.status,
-                failure.headers.get("X-Error-Code", "FillFailed"),
-                str(failure),
-                {**headers, **failure.headers},
-            )
-        response, start, length = await start_body(request, headers, facts.size, byte_range)
-        await send_following(request, response, fill, start, length, self.metrics)
+        # The reader's descriptor is taken now, before any await: the fill closes its own when it
+        # ends, and its number may then name any file or socket opened since.
+        with fill.open_reader() as file:
+            try:
+                await fill.wait_answered()
+            except FillFailedError as failure:
+                return error(
+                    failure.status,
+                    failure.headers.get("X-Error-Code", "FillFailed"),
+                    str(failure),
+                    {**headers, **failure.headers},
+                )
+            response, start, length = await start_body(request, headers, facts.size, byte_range)
+            await send_following(request, response, fill, file, start, length, self.metrics)
         return response
 
     def _join_or_start(
