@@ -14,6 +14,11 @@ Routes added:
 
 Every other request goes straight to vLLM after one string comparison: the OpenAI routes pay
 nothing else (the benchmark compares their throughput with plain vLLM's).
+
+A malformed request to a route of ours gets a 4xx JSON ``{"error"}`` naming the fault, and never
+reaches vLLM: an exception here would be a 500 and a traceback in the log for anyone to cause.
+Bodies are bounded (``MAX_BODY_BYTES``, 413) and so is their nesting (``MAX_DEPTH``); odd answers
+from vLLM are a 502, or passed on as they are inside a stream that has already begun.
 """
 
 from __future__ import annotations
@@ -39,6 +44,20 @@ log = logging.getLogger(__name__)
 _OURS = ("/v2", "/metrics", "/v1/models/")
 _STATUS_URL_ENV = "MULTINODE_LLM_STATUS_URL"  # set by the head supervisor (serving.command)
 _STATUS_TIMEOUT_S = 1.0
+
+# A prompt that fills a million-token context is about 4 MiB of text.
+MAX_BODY_BYTES = 16 << 20
+# Far above any real generate request (vLLM's parameters, JSON schemas for structured output
+# included), far below where Python's JSON parser runs out of stack (RecursionError, about 1,000).
+MAX_DEPTH = 64
+
+
+class RequestError(Exception):
+    """A request answered with ``status`` and the message, a 4xx naming what is wrong."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Response:
@@ -121,10 +140,12 @@ class KServeProtocol:
 
     async def _generate(self, ex: Exchange, name: str, stream: bool) -> None:
         try:
-            request = json.loads(await _read_body(ex.receive) or b"{}")
-            completion = _completion_request(request, name, stream)
-        except (ValueError, TypeError) as error:
-            await _send_json(ex.send, 400, {"error": f"bad generate request: {error}"})
+            body = await _read_body(ex)
+            if body is None:
+                return  # the client left before its body arrived: nobody to answer
+            completion = _completion_request(_parse_json(body), name, stream)
+        except RequestError as refused:
+            await _send_json(ex.send, refused.status, {"error": str(refused)})
             return
         body = json.dumps(completion).encode()
         headers = [*_forwarded_headers(ex.scope), (b"content-type", b"application/json")]
@@ -138,15 +159,11 @@ class KServeProtocol:
         if response.status != 200:
             await _send_json(ex.send, response.status, {"error": _error_text(response)})
             return
-        result = response.json()
-        choice = result["choices"][0]
-        answer = {
-            "model_name": name,
-            "model_version": None,
-            "id": result.get("id"),
-            "text_output": choice.get("text", ""),
-            "details": {"finish_reason": choice.get("finish_reason"), "usage": result.get("usage")},
-        }
+        answer = _generate_answer(name, response)
+        if answer is None:
+            odd = f"vLLM answered without a completion choice: {response.body[:200]!r}"
+            await _send_json(ex.send, 502, {"error": odd})
+            return
         await _send_json(ex.send, 200, answer)
 
     # Readiness and metrics ------------------------------------------------------------------
@@ -210,39 +227,171 @@ class _GenerateStream:
             await self._send(message)
             return
         self._buffer += message.get("body", b"")
-        events, _, self._buffer = self._buffer.rpartition(b"\n\n")
-        out = b"".join(self._event(event) for event in events.split(b"\n\n") if event.strip())
         more = message.get("more_body", False)
+        if more:
+            events, _, self._buffer = self._buffer.rpartition(b"\n\n")
+        else:  # the stream ends: whatever is left is its last event, blank line or not
+            events, self._buffer = self._buffer, b""
+        out = b"".join(self._event(event) for event in events.split(b"\n\n") if event.strip())
         if out or not more:
             await self._send({"type": "http.response.body", "body": out, "more_body": more})
 
     def _event(self, event: bytes) -> bytes:
-        data = event.strip().removeprefix(b"data:").strip()
+        event = event.strip()
+        data = event.removeprefix(b"data:").strip()
         if data == b"[DONE]":
             return b""
-        chunk = json.loads(data)
-        if "choices" not in chunk:
-            return b"data: " + data + b"\n\n"  # an error object: pass it on as it is
-        choice = chunk["choices"][0] if chunk["choices"] else {}
+        choice = _first_choice(_loads(data)) if event.startswith(b"data:") else None
+        if choice is None:
+            # Not a completion chunk (an error object, a comment): the stream has begun, so a
+            # status can no longer say so; the client gets it as it is.
+            return event + b"\n\n"
         out = {
             "model_name": self._name,
             "model_version": None,
-            "id": chunk.get("id"),
-            "text_output": choice.get("text", ""),
-            "details": {"finish_reason": choice.get("finish_reason")},
+            "id": choice.id,
+            "text_output": choice.fields.get("text", ""),
+            "details": {"finish_reason": choice.fields.get("finish_reason")},
         }
         return b"data: " + json.dumps(out).encode() + b"\n\n"
 
 
+# Generate requests and answers -------------------------------------------------------------------
+
+
+async def _read_body(ex: Exchange) -> bytes | None:
+    """The request body, at most ``MAX_BODY_BYTES``; None when the client left first."""
+    declared = dict(ex.scope["headers"]).get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    chunks, size = [], 0
+    while True:
+        message = await ex.receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:  # a chunked body past the limit: read no further
+            raise RequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _parse_json(body: bytes) -> Any:
+    """The body as JSON text (RFC 8259: UTF-8, no NaN), nested at most ``MAX_DEPTH`` deep."""
+    if not body.strip():
+        raise RequestError(400, 'the body is empty: send a JSON object with a string "text_input"')
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise RequestError(400, f"the body is not valid UTF-8 (byte {error.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:  # deeper than the parser's stack, so deeper than MAX_DEPTH too
+        raise _too_deep() from None
+    except ValueError as error:
+        raise RequestError(400, f"the body is not JSON: {error}") from None
+    _check_nesting(value)
+    return value
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _too_deep() -> RequestError:
+    return RequestError(400, f"the body nests deeper than {MAX_DEPTH} levels")
+
+
+def _check_nesting(value: Any) -> None:
+    """Refuse nesting past ``MAX_DEPTH`` and strings that are not text (lone surrogates).
+
+    Iterative, since a recursive walk is what ``MAX_DEPTH`` guards against. A lone surrogate
+    (``"\\ud800"``) is valid JSON but no UTF-8 can carry it: the tokenizer would fail on it.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError(400, "the body holds a string that is not valid UTF-8") from None
+        elif isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                raise _too_deep()
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
 def _completion_request(request: Any, name: str, stream: bool) -> dict[str, Any]:
     """A /v1/completions body from a generate request: text_input plus its parameters."""
-    if not isinstance(request, dict) or not isinstance(request.get("text_input"), str):
-        raise ValueError('the body must be a JSON object with a string "text_input"')
-    parameters = dict(request.get("parameters") or {})
+    if not isinstance(request, dict):
+        raise RequestError(
+            400, f'the body must be a JSON object with a string "text_input", not {_kind(request)}'
+        )
+    if "text_input" not in request:
+        raise RequestError(400, 'the body has no "text_input"')
+    if not isinstance(request["text_input"], str):
+        raise RequestError(
+            400, f'"text_input" must be a string, not {_kind(request["text_input"])}'
+        )
+    parameters = request.get("parameters")
+    if not isinstance(parameters, dict | None):
+        raise RequestError(400, f'"parameters" must be a JSON object, not {_kind(parameters)}')
+    parameters = dict(parameters or {})
     if "max_new_tokens" in parameters:  # the Hugging Face name some generate clients use
         parameters.setdefault("max_tokens", parameters.pop("max_new_tokens"))
     parameters.pop("stream", None)
     return {**parameters, "model": name, "prompt": request["text_input"], "stream": stream}
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words."""
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return kinds.get(type(value), "a number")
+
+
+@dataclass(frozen=True)
+class _Choice:
+    id: Any
+    fields: dict[str, Any]
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _first_choice(result: Any) -> _Choice | None:
+    """The first choice of a completion (or of a stream chunk; none in a usage-only chunk)."""
+    choices = result.get("choices") if isinstance(result, dict) else None
+    if not isinstance(choices, list) or (choices and not isinstance(choices[0], dict)):
+        return None
+    return _Choice(result.get("id"), choices[0] if choices else {})
+
+
+def _generate_answer(name: str, response: Response) -> dict[str, Any] | None:
+    """The generate answer from vLLM's completion; None when it holds no choice."""
+    result = _loads(response.body)
+    choice = _first_choice(result)
+    if choice is None or not choice.fields:
+        return None
+    return {
+        "model_name": name,
+        "model_version": None,
+        "id": choice.id,
+        "text_output": choice.fields.get("text", ""),
+        "details": {
+            "finish_reason": choice.fields.get("finish_reason"),
+            "usage": result.get("usage"),
+        },
+    }
 
 
 def _model_metadata(name: str) -> dict[str, Any]:
@@ -305,18 +454,6 @@ def _body_receiver(body: bytes, then: Receive) -> Receive:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return receive
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
 
 
 async def _not_found(ex: Exchange) -> None:
