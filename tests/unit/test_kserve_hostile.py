@@ -1,4 +1,4 @@
-"""Malformed KServe requests and odd answers from vLLM.
+"""Malformed KServe requests, odd answers from vLLM, and model names with a ``/``.
 
 Every malformed request to a route the middleware owns must get a 4xx JSON error naming what is
 wrong, never an exception (which the ASGI server turns into a 500 and a traceback in the log), and
@@ -17,6 +17,7 @@ from multinode_llm.serving.kserve import MAX_BODY_BYTES, MAX_DEPTH, KServeProtoc
 from test_kserve_middleware import FakeVllm
 
 GENERATE_ROUTES = ("/v2/models/tiny/generate", "/v2/models/tiny/generate_stream")
+QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 class Answer:
@@ -240,3 +241,82 @@ def test_a_stream_cut_without_a_final_blank_line_keeps_its_last_event(
         KServeProtocol(OddVllm([last])), "POST", GENERATE_ROUTES[1], (b'{"text_input": "hi"}',)
     )
     assert json.loads(answer.body.removeprefix(b"data: "))["text_output"] == "end"
+
+
+# Model names with a "/" -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def qwen(monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
+    monkeypatch.delenv("MULTINODE_LLM_STATUS_URL", raising=False)
+    return FakeVllm(names=(QWEN, "tiny"))
+
+
+@pytest.mark.parametrize("path", [f"/v2/models/{QWEN}/ready", f"/v1/models/{QWEN}"])
+def test_readiness_of_a_model_named_with_a_slash(qwen: FakeVllm, path: str) -> None:
+    answer, _read = ask(KServeProtocol(qwen), "GET", path)
+    assert (answer.status, json.loads(answer.body)) == (200, {"name": QWEN, "ready": True})
+
+
+def test_metadata_of_a_model_named_with_a_slash(qwen: FakeVllm) -> None:
+    answer, _read = ask(KServeProtocol(qwen), "GET", f"/v2/models/{QWEN}")
+    assert answer.status == 200
+    assert json.loads(answer.body)["name"] == QWEN
+
+
+def test_generate_with_a_model_named_with_a_slash(qwen: FakeVllm) -> None:
+    answer, _read = ask(
+        KServeProtocol(qwen), "POST", f"/v2/models/{QWEN}/generate", (b'{"text_input": "hi"}',)
+    )
+    assert answer.status == 200
+    assert json.loads(answer.body)["model_name"] == QWEN
+    assert json.loads(_completions(qwen)[0])["model"] == QWEN
+
+
+def test_generate_stream_with_a_model_named_with_a_slash(qwen: FakeVllm) -> None:
+    answer, _read = ask(
+        KServeProtocol(qwen),
+        "POST",
+        f"/v2/models/{QWEN}/generate_stream",
+        (b'{"text_input": "hi"}',),
+    )
+    assert answer.status == 200
+    events = [json.loads(e.removeprefix(b"data: ")) for e in answer.body.split(b"\n\n") if e]
+    assert {event["model_name"] for event in events} == {QWEN}
+    assert json.loads(_completions(qwen)[0])["model"] == QWEN
+
+
+def test_a_path_kserve_routes_keeps_kserve_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KServe reads /v2/models/a/ready as the readiness of a, whatever else is served."""
+    monkeypatch.delenv("MULTINODE_LLM_STATUS_URL", raising=False)
+    app = KServeProtocol(FakeVllm(names=("a/ready", "a")))
+    assert json.loads(ask(app, "GET", "/v2/models/a/ready")[0].body)["name"] == "a"
+    assert json.loads(ask(app, "GET", "/v2/models/a/ready/ready")[0].body)["name"] == "a/ready"
+
+
+def test_an_unknown_model_with_a_slash_is_404_naming_it(qwen: FakeVllm) -> None:
+    answer, _read = ask(KServeProtocol(qwen), "GET", "/v2/models/Qwen/Other/ready")
+    assert answer.status == 404
+    assert answer.error() == f"model 'Qwen/Other' is not served here; served: {QWEN}, tiny"
+    answer, _read = ask(KServeProtocol(qwen), "GET", "/v1/models/Qwen/Other")
+    assert answer.status == 404
+    assert "'Qwen/Other'" in answer.error()
+
+
+def test_a_known_route_with_the_wrong_method_is_405(qwen: FakeVllm) -> None:
+    answer, _read = ask(KServeProtocol(qwen), "GET", f"/v2/models/{QWEN}/generate")
+    assert answer.status == 405
+    assert answer.headers[b"allow"] == b"POST"
+    assert "POST" in answer.error()
+
+
+def test_an_unknown_verb_of_a_served_model_is_404(qwen: FakeVllm) -> None:
+    answer, _read = ask(KServeProtocol(qwen), "POST", f"/v2/models/{QWEN}/infer")
+    assert answer.status == 404
+    assert answer.error() == f"no route POST /v2/models/{QWEN}/infer"
+
+
+def test_kserve_v1_predict_is_left_to_vllm(qwen: FakeVllm) -> None:
+    answer, _read = ask(KServeProtocol(qwen), "POST", "/v1/models/tiny:predict", (b"{}",))
+    assert answer.status == 404
+    assert qwen.calls[-1][1] == "/v1/models/tiny:predict"

@@ -17,9 +17,12 @@ from multinode_llm.serving.kserve import KServeProtocol
 class FakeVllm:
     """A FAKE of vLLM's OpenAI app: /health, /v1/models, /v1/completions, /metrics."""
 
-    def __init__(self, healthy: bool = True, key: str | None = None) -> None:
+    def __init__(
+        self, healthy: bool = True, key: str | None = None, names: tuple[str, ...] = ("tiny",)
+    ) -> None:
         self.healthy = healthy
         self.key = key
+        self.names = names
         self.calls: list[tuple[str, str, bytes]] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -40,7 +43,8 @@ class FakeVllm:
         elif scope["path"] == "/health":
             await _reply(send, 200 if self.healthy else 503, {})
         elif scope["path"] == "/v1/models":
-            await _reply(send, 200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+            models = [{"id": name, "object": "model"} for name in self.names]
+            await _reply(send, 200, {"object": "list", "data": models})
         elif scope["path"] == "/v1/completions":
             if await _client_gone(receive):  # vLLM cancels requests whose client disconnected
                 await _reply(send, 400, {"error": "the client disconnected"})

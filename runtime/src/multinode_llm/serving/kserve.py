@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,16 @@ MAX_BODY_BYTES = 16 << 20
 # Far above any real generate request (vLLM's parameters, JSON schemas for structured output
 # included), far below where Python's JSON parser runs out of stack (RecursionError, about 1,000).
 MAX_DEPTH = 64
+
+# What may follow a model's name in the path: verb -> (its method, what it answers).
+Verbs = dict[str, tuple[str, str]]
+_V1_VERBS: Verbs = {"": ("GET", "ready")}
+_V2_VERBS: Verbs = {
+    "": ("GET", "metadata"),
+    "ready": ("GET", "ready"),
+    "generate": ("POST", "generate"),  # the generate extension
+    "generate_stream": ("POST", "generate_stream"),
+}
 
 
 class RequestError(Exception):
@@ -99,44 +109,54 @@ class KServeProtocol:
 
     async def _route(self, ex: Exchange) -> bool:
         """Answer the request if a route of ours matches; False hands it to vLLM."""
-        method, parts = ex.method, ex.scope["path"].strip("/").split("/")
-        if parts == ["metrics"] and method == "GET":
+        method, path = ex.method, ex.scope["path"].rstrip("/")
+        if path == "/metrics" and method == "GET":
             await self._metrics(ex)
-        elif parts[:2] == ["v1", "models"] and len(parts) == 3 and method == "GET":
-            await self._model_route(ex, parts[2], ["v1"])
-        elif parts[0] != "v2":
+        elif path.startswith("/v1/models/") and method == "GET":
+            await self._model_route(ex, path.removeprefix("/v1/models/"), _V1_VERBS)
+        elif path != "/v2" and not path.startswith("/v2/"):
             return False
-        elif method == "GET" and parts == ["v2"]:
+        elif method == "GET" and path == "/v2":
             body = {"name": "multinode-llm", "version": __version__, "extensions": ["generate"]}
             await _send_json(ex.send, 200, body)
-        elif method == "GET" and parts == ["v2", "health", "live"]:
+        elif method == "GET" and path == "/v2/health/live":
             await _send_json(ex.send, 200, {"live": True})
-        elif method == "GET" and parts == ["v2", "health", "ready"]:
+        elif method == "GET" and path == "/v2/health/ready":
             ready = await self._ready(ex)
             await _send_json(ex.send, 200 if ready else 503, {"ready": ready})
-        elif parts[:2] == ["v2", "models"] and len(parts) >= 3:
-            await self._model_route(ex, parts[2], parts[3:])
+        elif path.startswith("/v2/models/"):
+            await self._model_route(ex, path.removeprefix("/v2/models/"), _V2_VERBS)
         else:
             await _not_found(ex)
         return True
 
     # Model routes: KServe v1 readiness, v2 metadata, readiness and generate -------------------
 
-    async def _model_route(self, ex: Exchange, name: str, rest: list[str]) -> None:
+    async def _model_route(self, ex: Exchange, rest: str, verbs: Verbs) -> None:
+        """``rest``: the path after ``/v1/models/`` or ``/v2/models/``, a name and a verb."""
         listing = await self._call(ex, "GET", "/v1/models", headers=_forwarded_headers(ex.scope))
         if listing.status != 200:
             await _relay(ex.send, listing)  # vLLM's answer, e.g. 401 without the API key
-        elif name not in _model_ids(listing):
+            return
+        served = _model_ids(listing)
+        name, verb = _split_model_path(rest, served, verbs)
+        if name not in served:
             await _send_json(ex.send, 404, {"error": _unknown(name, listing)})
-        elif ex.method == "GET" and rest in (["v1"], ["ready"]):
+            return
+        if verb not in verbs:
+            await _not_found(ex)
+            return
+        method, action = verbs[verb]
+        if ex.method != method:
+            error = f"{ex.scope['path']} takes {method}, not {ex.method}"
+            await _send_json(ex.send, 405, {"error": error}, [(b"allow", method.encode())])
+        elif action == "ready":
             ready = await self._ready(ex)
             await _send_json(ex.send, 200 if ready else 503, {"name": name, "ready": ready})
-        elif ex.method == "GET" and not rest:
+        elif action == "metadata":
             await _send_json(ex.send, 200, _model_metadata(name))
-        elif ex.method == "POST" and rest in (["generate"], ["generate_stream"]):
-            await self._generate(ex, name, stream=rest == ["generate_stream"])
         else:
-            await _not_found(ex)
+            await self._generate(ex, name, stream=action == "generate_stream")
 
     async def _generate(self, ex: Exchange, name: str, stream: bool) -> None:
         try:
@@ -394,6 +414,34 @@ def _generate_answer(name: str, response: Response) -> dict[str, Any] | None:
     }
 
 
+def _split_model_path(rest: str, served: list[str], verbs: Collection[str]) -> tuple[str, str]:
+    """The model's name and the verb after it in ``rest``, e.g. ``Qwen/Qwen2.5-0.5B/ready``.
+
+    KServe routes ``{model_name}`` as a FastAPI path parameter, which Starlette matches with
+    ``[^/]+`` (python/kserve/kserve/protocol/rest/v1_endpoints.py, v2_endpoints.py and
+    openai/endpoints.py at v0.18.1, unchanged to v0.20.0; Starlette matches the decoded path, so
+    ``%2F`` does not help): there a name ends at the first ``/``, and a name holding one is not
+    routed at all. vLLM's served names often hold one (``--served-model-name
+    Qwen/Qwen2.5-0.5B-Instruct``, or the model ID by default). So a path reads as KServe reads it
+    wherever KServe routes it, and beyond that as the served name it spells:
+
+    1. the shortest served name followed by a known verb (KServe's reading when a name has no
+       ``/``: a served ``a/ready`` cannot take ``/v2/models/a/ready`` from model ``a``);
+    2. else the shortest served name the path begins with, and a verb we do not have (a 404);
+    3. else a model not served, named without a known verb (a 404 naming it).
+    """
+    names = sorted((n for n in served if rest == n or rest.startswith(n + "/")), key=len)
+    for name in names:
+        if rest[len(name) + 1 :] in verbs:
+            return name, rest[len(name) + 1 :]
+    if names:
+        return names[0], rest[len(names[0]) + 1 :]
+    for verb in verbs:
+        if verb and rest.endswith("/" + verb):
+            return rest.removesuffix("/" + verb), verb
+    return rest, ""
+
+
 def _model_metadata(name: str) -> dict[str, Any]:
     """The v2 model metadata, with the generate extension's tensors."""
     return {
@@ -464,10 +512,10 @@ async def _relay(send: Send, response: Response) -> None:
     await _send(send, response.status, response.headers, response.body)
 
 
-async def _send_json(send: Send, status: int, body: Any) -> None:
+async def _send_json(send: Send, status: int, body: Any, extra: Headers | None = None) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    await _send(send, status, headers, data)
+    await _send(send, status, [*headers, *(extra or [])], data)
 
 
 async def _send(send: Send, status: int, headers: Headers, body: bytes) -> None:
