@@ -119,3 +119,30 @@ def test_worker_without_head_svc_says_what_to_set() -> None:
 def test_worker_may_have_no_gpus_and_needs_no_model() -> None:
     env = {key: value for key, value in WORKER_ENV.items() if not key.startswith("MODEL")}
     assert worker_config({**env, "REQUEST_GPU_COUNT": "0"}, {}).node.gpus == 0
+
+
+def test_counts_kserve_0_15_0_does_not_inject_are_derived_from_the_parallel_sizes() -> None:
+    env = {k: v for k, v in HEAD_ENV.items() if k not in ("RAY_NODE_COUNT", "REQUEST_GPU_COUNT")}
+    node = head_config(env, {}).node
+    assert (node.node_count, node.gpus) == (2, 4)
+    assert node.derived == (
+        "REQUEST_GPU_COUNT=4 from TENSOR_PARALLEL_SIZE (this KServe release sets no "
+        "REQUEST_GPU_COUNT)",
+        "RAY_NODE_COUNT=2 from PIPELINE_PARALLEL_SIZE (this KServe release sets no RAY_NODE_COUNT)",
+    )
+    assert head_config(HEAD_ENV, {}).node.derived == ()
+
+
+def test_a_count_with_neither_variable_names_both() -> None:
+    env = {
+        k: v
+        for k, v in WORKER_ENV.items()
+        if k not in ("REQUEST_GPU_COUNT", "TENSOR_PARALLEL_SIZE")
+    }
+    with pytest.raises(UserError, match=r"^neither REQUEST_GPU_COUNT nor TENSOR_PARALLEL_SIZE"):
+        worker_config(env, {})
+
+
+def test_worker_names_the_head_in_the_cluster_domain_it_is_given() -> None:
+    config = worker_config({**WORKER_ENV, "CLUSTER_DOMAIN": "corp.example"}, {})
+    assert config.head_host == "llama-head-1.serving.svc.corp.example"

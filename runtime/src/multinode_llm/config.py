@@ -5,6 +5,11 @@ the head's service name (see DEVELOPERS.md, "Environment the runtime reads"); th
 own address through the downward API. Command-line flags override any of them: ``overrides`` maps a
 field name to the flag's value, ``None`` meaning "not given".
 
+Not every KServe release injects everything (the chart's ``kserve-releases.yaml`` lists what each
+one does): 0.15.0 sets no ``RAY_NODE_COUNT`` nor ``REQUEST_GPU_COUNT``. Both then follow from the
+parallel sizes, because the chart gives every pod exactly ``TENSOR_PARALLEL_SIZE`` GPUs and runs
+``PIPELINE_PARALLEL_SIZE`` pods; ``Node.derived`` says what was derived, for the supervisor's log.
+
 Everything here is pure: it reads a mapping and returns frozen dataclasses, or raises ``UserError``
 naming the variable and the fix. Nothing touches the network or the file system.
 """
@@ -23,7 +28,7 @@ DEFAULT_WAIT_TIMEOUT_S = 600.0
 DEFAULT_HTTP_PORT = 8080
 DEFAULT_STATUS_PORT = 8081
 DEFAULT_RAY_TEMP_DIR = Path("/tmp/ray")  # noqa: S108 - Ray's own default, inside the pod
-CLUSTER_DOMAIN = "svc.cluster.local"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 
 Overrides = Mapping[str, object]
 
@@ -56,6 +61,7 @@ class Node:
     status_port: int
     pod_name: str = ""
     pod_namespace: str = ""
+    derived: tuple[str, ...] = ()  # "RAY_NODE_COUNT=2 from PIPELINE_PARALLEL_SIZE", for the log
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,8 @@ def worker_config(env: Mapping[str, str], overrides: Overrides) -> WorkerConfig:
             fix="declare it from the downward API (fieldRef metadata.namespace); "
             "or pass --head-address",
         )
-        head_host = f"{head_svc}.{namespace}.{CLUSTER_DOMAIN}"
+        domain = reader.env.get("CLUSTER_DOMAIN", "").strip() or DEFAULT_CLUSTER_DOMAIN
+        head_host = f"{head_svc}.{namespace}.svc.{domain}"
     return WorkerConfig(node=node, head_host=str(head_host), isvc_name=env.get("ISVC_NAME", ""))
 
 
@@ -162,16 +169,20 @@ def _node(reader: _Reader) -> Node:
     temp_dir = reader.flag("ray_temp_dir")
     if temp_dir is None:
         temp_dir = reader.env.get("RAY_TEMP_DIR") or DEFAULT_RAY_TEMP_DIR
+    derived: list[str] = []
     return Node(
         pod_ip=str(pod_ip),
-        gpus=reader.integer("gpus", "REQUEST_GPU_COUNT", minimum=0),
-        node_count=reader.integer("node_count", "RAY_NODE_COUNT", minimum=1),
+        gpus=reader.count("gpus", "REQUEST_GPU_COUNT", "TENSOR_PARALLEL_SIZE", 0, derived),
+        node_count=reader.count(
+            "node_count", "RAY_NODE_COUNT", "PIPELINE_PARALLEL_SIZE", 1, derived
+        ),
         ray_ports=RayPorts(gcs=reader.port("ray_port", "RAY_PORT", DEFAULT_RAY_PORT)),
         ray_temp_dir=Path(str(temp_dir)),
         wait_timeout_s=reader.seconds("wait_timeout", "GROUP_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT_S),
         status_port=reader.port("status_port", None, DEFAULT_STATUS_PORT),
         pod_name=reader.env.get("POD_NAME", ""),
         pod_namespace=reader.env.get("POD_NAMESPACE", ""),
+        derived=tuple(derived),
     )
 
 
@@ -233,6 +244,26 @@ class _Reader:
             raise UserError(
                 f"{source}={value} is less than {minimum}: set it to an integer >= {minimum}"
             )
+        return value
+
+    def count(
+        self, name: str, variable: str, fallback: str, minimum: int, derived: list[str]
+    ) -> int:
+        """``variable`` (or its flag); where KServe did not inject it, ``fallback``'s value.
+
+        Each fallback taken is recorded in ``derived``, so that the log says where a count came from.
+        """
+        if self.flag(name) is not None or self.env.get(variable, "").strip():
+            return self.integer(name, variable, minimum)
+        if not self.env.get(fallback, "").strip():
+            raise UserError(
+                f"neither {variable} nor {fallback} is set: KServe injects them from the "
+                f"InferenceService's workerSpec; set {variable} or pass --{name.replace('_', '-')}"
+            )
+        value = self.integer(name, fallback, minimum)
+        derived.append(
+            f"{variable}={value} from {fallback} (this KServe release sets no {variable})"
+        )
         return value
 
     def port(self, name: str, variable: str | None, default: int) -> int:

@@ -93,6 +93,8 @@ class HeadSupervisor(Supervisor):
 
     async def main(self) -> int:
         node = self.config.node
+        for line in node.derived:
+            self.log.info("derived %s", line)
         deadline = Deadline(node.wait_timeout_s)
         self.env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
         self.state.phase = "starting Ray"

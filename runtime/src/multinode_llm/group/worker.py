@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_node_arguments(parser)
     parser.add_argument(
         "--head-address",
-        help="the head's host name or IP (default: HEAD_SVC.POD_NAMESPACE.svc.cluster.local)",
+        help="the head's host name or IP (default: HEAD_SVC.POD_NAMESPACE.svc.CLUSTER_DOMAIN)",
     )
 
 
@@ -68,6 +68,8 @@ class WorkerSupervisor(Supervisor):
 
     async def main(self) -> int:
         node = self.config.node
+        for line in node.derived:
+            self.log.info("derived %s", line)
         head_ip = await self._wait_for_head(Deadline(node.wait_timeout_s))
         self.state.mark("head_reachable")
         env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
