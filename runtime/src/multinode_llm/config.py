@@ -251,7 +251,7 @@ class _Reader:
     ) -> int:
         """``variable`` (or its flag); where KServe did not inject it, ``fallback``'s value.
 
-        Each fallback taken is recorded in ``derived``, so that the log says where a count came from.
+        Each fallback taken is recorded in ``derived``: the log says where a count came from.
         """
         if self.flag(name) is not None or self.env.get(variable, "").strip():
             return self.integer(name, variable, minimum)
