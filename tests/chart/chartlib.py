@@ -112,6 +112,22 @@ def install_dry_run(
     return run_with_values(major, args, values_files, values)
 
 
+def kserve_releases() -> dict[str, Any]:
+    """The chart's table of KServe releases (kserve-releases.yaml)."""
+    table: dict[str, Any] = yaml.safe_load((CHART / "kserve-releases.yaml").read_text())
+    return table
+
+
+def kserve_release(version: str) -> dict[str, Any]:
+    """The entry ``kserve.version`` means: exact, MAJOR.MINOR (newest patch), empty (default)."""
+    table = kserve_releases()
+    text = (version or table["default"]).removeprefix("v")
+    if text not in table["releases"]:
+        patches = [v for v in table["releases"] if v.startswith(f"{text}.")]
+        text = max(patches, key=lambda v: tuple(int(p) for p in v.split(".")))
+    return {**table["releases"][text], "version": text}
+
+
 def scenarios() -> dict[str, Path]:
     """Every values file the chart ships: examples/values-<name>.yaml and ci/<name>-values.yaml."""
     found = {

@@ -134,7 +134,7 @@ TABLE: dict[str, Refusal] = {
     "oci uri on kserve 0.15": Refusal(
         {"model": {"uri": "oci://r.example.com/m:1"}, "kserve": {"version": "0.15"}},
         "model.uri",
-        "admits only pvc:// storage for multi-node (oci:// from 0.16)",
+        "oci:// multi-node works from KServe 0.18 (0.15 admits only pvc://)",
     ),
     "malformed pvc uri": Refusal(
         {"model": {"uri": "pvc://Models_Claim/llama"}}, "model.uri", "use pvc://CLAIM/PATH"
@@ -218,7 +218,7 @@ TABLE: dict[str, Refusal] = {
     "Standard mode before 0.16": Refusal(
         {"kserve": {"version": "0.15.2", "deploymentMode": "Standard"}},
         "kserve.deploymentMode",
-        "set kserve.deploymentMode=RawDeployment",
+        "wants RawDeployment",
     ),
     "hpa autoscaler": Refusal(
         {"inferenceService": {"autoscalerClass": "hpa"}},

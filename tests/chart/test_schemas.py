@@ -161,9 +161,7 @@ def test_our_isvc_schema_refuses_what_kserve_rejects_or_breaks_on(case: str) -> 
 
 
 def test_our_runtime_schema_refuses_a_runtime_without_a_single_worker_container() -> None:
-    runtime = next(
-        d for d in rendered("helm4", "hf-tp2-pp2") if d["kind"] == "ClusterServingRuntime"
-    )
+    runtime = next(d for d in rendered("helm4", "hf-tp2-pp2") if d["kind"] == "ServingRuntime")
     assert our_errors(runtime) == []
     assert our_errors(mutated(runtime, ["spec", "workerSpec", "containers"], []))
     no_worker = copy.deepcopy(runtime)

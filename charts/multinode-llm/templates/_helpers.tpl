@@ -34,13 +34,20 @@ app.kubernetes.io/name: {{ include "multinode-llm.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- /* Standard labels of every object. Context: root. */}}
-{{- define "multinode-llm.labels" -}}
-helm.sh/chart: {{ include "multinode-llm.chart" . }}
+{{- /* Labels that stay the same across chart versions. The InferenceService carries only these:
+KServe copies its labels into both pod templates (components/predictor.go buildObjectMeta, every
+release), so a label that changes with the chart would restart every GPU pod. Context: root. */}}
+{{- define "multinode-llm.stableLabels" -}}
 {{ include "multinode-llm.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: multinode-llm
+{{- end }}
+
+{{- /* Standard labels of every object but the InferenceService. Context: root. */}}
+{{- define "multinode-llm.labels" -}}
+helm.sh/chart: {{ include "multinode-llm.chart" . }}
+{{ include "multinode-llm.stableLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 
 {{- /* An image reference from {repository, tag, digest} values; the tag defaults to appVersion and
@@ -59,10 +66,11 @@ a digest pins it. Context: dict "image" <image values> "root" $. */}}
 {{- include "multinode-llm.imageRef" (dict "image" .Values.image "root" .) }}
 {{- end }}
 
-{{- /* Storage initializer image (the download Job and the ClusterStorageContainer): v + kserve.version
-unless download.image.tag is set. Context: root. */}}
+{{- /* Storage initializer image (the download Job and the ClusterStorageContainer): v + the KServe
+release unless download.image.tag is set. Context: root. */}}
 {{- define "multinode-llm.storageInitializerImage" -}}
-{{- printf "%s:%s" .Values.download.image.repository (default (printf "v%s" (include "multinode-llm.kserveVersion" .)) .Values.download.image.tag) }}
+{{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
+{{- printf "%s:%s" .Values.download.image.repository (default (printf "v%s" $release.version) .Values.download.image.tag) }}
 {{- end }}
 
 {{- /* Name clients send as "model" (--served-model-name). Context: root. */}}
@@ -70,9 +78,16 @@ unless download.image.tag is set. Context: root. */}}
 {{- default .Release.Name .Values.model.name }}
 {{- end }}
 
-{{- /* Name of the (Cluster)ServingRuntime. Context: root. */}}
+{{- /* Name of the (Cluster)ServingRuntime: a ClusterServingRuntime is cluster-scoped, so its name
+carries the namespace (release "llm" in two namespaces must not share one). Context: root. */}}
 {{- define "multinode-llm.runtimeName" -}}
-{{- default (include "multinode-llm.fullname" .) .Values.runtime.name }}
+{{- if .Values.runtime.name }}
+{{- .Values.runtime.name }}
+{{- else if eq .Values.runtime.scope "Cluster" }}
+{{- printf "%s-%s" (include "multinode-llm.fullname" .) .Release.Namespace | trunc 253 }}
+{{- else }}
+{{- include "multinode-llm.fullname" . }}
+{{- end }}
 {{- end }}
 
 {{- /* Label KServe puts on the head and the worker pods of this InferenceService. Context: root. */}}
@@ -80,20 +95,50 @@ unless download.image.tag is set. Context: root. */}}
 serving.kserve.io/inferenceservice: {{ include "multinode-llm.fullname" . }}
 {{- end }}
 
-{{- /* kserve.version as MAJOR.MINOR.PATCH (patch 0 when not given), for semverCompare. Context: root. */}}
-{{- define "multinode-llm.kserveVersion" -}}
-{{- $v := trimPrefix "v" (toString .Values.kserve.version) }}
-{{- if eq (len (splitList "." $v)) 2 }}
-{{- printf "%s.0" $v }}
+{{- /* The KServe release kserve.version names, from kserve-releases.yaml (the chart's table of
+releases), as JSON: its entry plus "version" (MAJOR.MINOR.PATCH). MAJOR.MINOR means the newest patch
+the table lists; empty means the table's default. An unverified release takes the behaviour of the
+release it renders as (its own status and defects kept). {} when the table lacks the version.
+Context: root. */}}
+{{- define "multinode-llm.kserveRelease" -}}
+{{- $table := .Files.Get "kserve-releases.yaml" | fromYaml }}
+{{- $asked := trimPrefix "v" (toString (default $table.default .Values.kserve.version)) }}
+{{- $found := "" }}
+{{- if hasKey $table.releases $asked }}
+{{- $found = $asked }}
 {{- else }}
-{{- $v }}
+{{- range $version, $_ := $table.releases }}
+{{- if and (hasPrefix (printf "%s." $asked) $version) (or (not $found) (semverCompare (printf ">%s" $found) $version)) }}
+{{- $found = $version }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- if $found }}
+{{- $release := deepCopy (get $table.releases $found) }}
+{{- with $release.renderAs }}
+{{- $release = merge $release (deepCopy (get $table.releases .)) }}
+{{- end }}
+{{- $_ := set $release "version" $found }}
+{{- toJson $release }}
+{{- else }}
+{{- toJson dict }}
+{{- end }}
+{{- end }} {{- /* define "multinode-llm.kserveRelease" */}}
+
+{{- /* The versions kserve-releases.yaml lists, for messages. Context: root. */}}
+{{- define "multinode-llm.kserveVersions" -}}
+{{- $table := .Files.Get "kserve-releases.yaml" | fromYaml }}
+{{- keys $table.releases | sortAlpha | join ", " }}
 {{- end }}
 
-{{- /* The autoscaler class KServe requires for multi-node: "external" in 0.15.0 only, "none" from
-0.15.1 (a bare "0.15" means the 0.15.1+ line). Context: root. */}}
+{{- /* The raw deployment mode's name in the targeted release. Context: root. */}}
+{{- define "multinode-llm.deploymentMode" -}}
+{{- (include "multinode-llm.kserveRelease" . | fromJson).deploymentMode }}
+{{- end }}
+
+{{- /* The autoscaler class the targeted release requires for multi-node. Context: root. */}}
 {{- define "multinode-llm.requiredAutoscalerClass" -}}
-{{- if eq (trimPrefix "v" (toString .Values.kserve.version)) "0.15.0" }}external{{ else }}none{{ end }}
+{{- (include "multinode-llm.kserveRelease" . | fromJson).autoscalerClass }}
 {{- end }}
 
 {{- /* Scheme of model.uri ("hf", "pvc", "oci", ...). Context: root. */}}
@@ -165,13 +210,13 @@ app.kubernetes.io/component: model-cache
 
 {{- /* DNS name of the headless Service whose addresses are the cache pods (the peers). Context: root. */}}
 {{- define "multinode-llm.cachePeersHost" -}}
-{{- printf "%s-peers.%s.svc.cluster.local" (include "multinode-llm.cacheName" .) .Release.Namespace }}
+{{- printf "%s-peers.%s.svc.%s" (include "multinode-llm.cacheName" .) .Release.Namespace .Values.clusterDomain }}
 {{- end }}
 
 {{- /* HF_ENDPOINT of the cache's clients: the node-local Service, answered by the cache on the
 client's own node. Context: root. */}}
 {{- define "multinode-llm.cacheEndpoint" -}}
-{{- printf "http://%s.%s.svc.cluster.local:8090" (include "multinode-llm.cacheName" .) .Release.Namespace }}
+{{- printf "http://%s.%s.svc.%s:8090" (include "multinode-llm.cacheName" .) .Release.Namespace .Values.clusterDomain }}
 {{- end }}
 
 {{- /* Name of the ClusterStorageContainer. Context: root. */}}
@@ -222,7 +267,8 @@ nodes = parallelism.pipeline. Context: dict "root" $ "role" "head"|"worker". */}
 {{- define "multinode-llm.groupResources" -}}
 {{- $root := .root }}
 {{- $res := deepCopy (index $root.Values .role "resources" | default dict) }}
-{{- $gpus := int $root.Values.parallelism.tensor }}
+{{- /* a string, as KServe's defaulting webhook writes every quantity back: no diff against the live object */}}
+{{- $gpus := toString (int $root.Values.parallelism.tensor) }}
 {{- $_ := set $res "requests" (merge (dict $root.Values.gpu.resourceName $gpus) ($res.requests | default dict)) }}
 {{- $_ = set $res "limits" (merge (dict $root.Values.gpu.resourceName $gpus) ($res.limits | default dict)) }}
 {{- toYaml $res }}
@@ -247,6 +293,8 @@ DEVELOPERS.md). KServe injects the parallel sizes, node count and service names 
   value: {{ .Values.ray.port | int | quote }}
 - name: GROUP_WAIT_TIMEOUT
   value: {{ .Values.group.waitTimeoutSeconds | int | quote }}
+- name: CLUSTER_DOMAIN
+  value: {{ .Values.clusterDomain | quote }}
 {{- with .Values.communication.socketIfname }}
 - name: NCCL_SOCKET_IFNAME
   value: {{ . | quote }}
@@ -269,6 +317,31 @@ DEVELOPERS.md). KServe injects the parallel sizes, node count and service names 
 - name: RAY_USAGE_STATS_ENABLED
   value: "0"
 {{- end }} {{- /* define "multinode-llm.groupEnv" */}}
+
+{{- /* Text that reaches the head container through KServe's Go template unchanged: KServe runs
+text/template over the merged head container's JSON (ReplacePlaceholders,
+controller/v1beta1/inferenceservice/utils/utils.go, every release), so a "{{" (a Jinja chat template,
+say) would be evaluated or fail the reconcile. Each "{{" becomes the template action {{`{{`}}, which
+prints "{{". Context: the string. */}}
+{{- define "multinode-llm.kserveTemplateText" -}}
+{{- replace "{{" "{{`{{`}}" (toString .) }}
+{{- end }}
+
+{{- /* Variables the worker needs and the targeted release does not inject (kserve-releases.yaml
+controller.env.worker): 0.15.0 sets neither REQUEST_GPU_COUNT nor TENSOR_PARALLEL_SIZE there, and the
+runtime derives the GPU count from the tensor parallel size. KServe checks these names only in the
+head's env. Context: root. */}}
+{{- define "multinode-llm.workerEnvGaps" -}}
+{{- $injected := (include "multinode-llm.kserveRelease" . | fromJson).controller.env.worker | default list }}
+{{- if not (or (has "REQUEST_GPU_COUNT" $injected) (has "TENSOR_PARALLEL_SIZE" $injected)) }}
+- name: TENSOR_PARALLEL_SIZE
+  value: {{ .Values.parallelism.tensor | int | quote }}
+{{- end }}
+{{- if not (or (has "RAY_NODE_COUNT" $injected) (has "PIPELINE_PARALLEL_SIZE" $injected)) }}
+- name: PIPELINE_PARALLEL_SIZE
+  value: {{ .Values.parallelism.pipeline | int | quote }}
+{{- end }}
+{{- end }} {{- /* define "multinode-llm.workerEnvGaps" */}}
 
 {{- /* HTTP probes on the supervisor's status port 8081. Context: dict "probes" <head|worker>.probes. */}}
 {{- define "multinode-llm.probes" -}}
@@ -325,6 +398,7 @@ livenessProbe:
   "POD_NAMESPACE" "the chart sets it from the downward API"
   "RAY_PORT" "set ray.port instead"
   "GROUP_WAIT_TIMEOUT" "set group.waitTimeoutSeconds instead"
+  "CLUSTER_DOMAIN" "set clusterDomain instead"
   "NCCL_SOCKET_IFNAME" "set communication.socketIfname instead"
   "GLOO_SOCKET_IFNAME" "set communication.socketIfname instead"
   "NCCL_DEBUG" "set communication.ncclDebug instead"
@@ -357,17 +431,26 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $v := .Values }}
 {{- $errors := list }}
 
-{{- /* the KServe version decides what KServe admits */}}
-{{- $kv := include "multinode-llm.kserveVersion" . }}
-{{- if semverCompare "<0.15.0-0" $kv }}
-{{- $errors = append $errors (printf "kserve.version=%s: KServe added multi-node serving (workerSpec pipelineParallelSize/tensorParallelSize and its controller) in 0.15.0; upgrade KServe to 0.15 or later and set kserve.version to it" (toString $v.kserve.version)) }}
+{{- /* the KServe release decides what KServe admits and does (kserve-releases.yaml) */}}
+{{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
+{{- $asked := toString (default "" $v.kserve.version) }}
+{{- if not $release }}
+{{- if and (regexMatch "^v?0\\.([0-9]|1[0-4])(\\.|$)" $asked) }}
+{{- $errors = append $errors (printf "kserve.version=%s: KServe added multi-node serving (workerSpec pipelineParallelSize/tensorParallelSize and its controller) in 0.15.0; upgrade KServe to 0.15 or later and set kserve.version to it" $asked) }}
+{{- else }}
+{{- $errors = append $errors (printf "kserve.version=%s is not a KServe release this chart knows (%s, in kserve-releases.yaml); set kserve.version to the release installed in the cluster, or leave it empty for %s" $asked (include "multinode-llm.kserveVersions" .) ((.Files.Get "kserve-releases.yaml" | fromYaml).default)) }}
 {{- end }}
-{{- if and (eq $v.kserve.deploymentMode "Standard") (semverCompare "<0.16.0-0" $kv) }}
-{{- $errors = append $errors (printf "kserve.deploymentMode=Standard: KServe %s knows this mode as RawDeployment (Standard is its name from 0.16); set kserve.deploymentMode=RawDeployment" (toString $v.kserve.version)) }}
+{{- else if and (eq $release.status "broken") (include "multinode-llm.hasModel" .) }}
+{{- $errors = append $errors (printf "kserve.version=%s: KServe %s cannot run this chart's group: %s %s" $asked $release.version (first $release.defects).summary (first $release.defects).chart) }}
+{{- else if and (eq $release.status "unverified") (not $v.kserve.allowUnverifiedRelease) (include "multinode-llm.hasModel" .) }}
+{{- $errors = append $errors (printf "kserve.version=%s: %s If you accept that, set kserve.allowUnverifiedRelease=true (the chart renders as for KServe %s); otherwise use a verified release (%s)" $asked (first $release.defects).summary $release.renderAs ((.Files.Get "kserve-releases.yaml" | fromYaml).default)) }}
 {{- end }}
-{{- $class := include "multinode-llm.requiredAutoscalerClass" . }}
-{{- if and $v.inferenceService.autoscalerClass (ne $v.inferenceService.autoscalerClass $class) }}
-{{- $errors = append $errors (printf "inferenceService.autoscalerClass=%s: KServe %s admits a multi-node InferenceService only with autoscaler class %q; leave inferenceService.autoscalerClass empty (the chart sets %q) or set it to %q" $v.inferenceService.autoscalerClass (toString $v.kserve.version) $class $class $class) }}
+{{- if and $release $v.kserve.deploymentMode (ne $v.kserve.deploymentMode $release.deploymentMode) }}
+{{- $errors = append $errors (printf "kserve.deploymentMode=%s: KServe %s wants %s for this InferenceService (%s); leave kserve.deploymentMode empty, the chart writes the name the release wants" $v.kserve.deploymentMode $release.version $release.deploymentMode (ternary "its validator treats only Standard as the raw mode and refuses RawDeployment with a deploymentStrategy" (ternary "its defaulter rewrites RawDeployment to Standard on the live object, a permanent diff for Argo CD" "Standard is its raw mode's name from 0.16" (eq $release.deploymentMode "Standard")) (eq $release.version "0.16.0"))) }}
+{{- end }}
+{{- $class := $release.autoscalerClass }}
+{{- if and $release $v.inferenceService.autoscalerClass (ne $v.inferenceService.autoscalerClass $class) }}
+{{- $errors = append $errors (printf "inferenceService.autoscalerClass=%s: KServe %s admits a multi-node InferenceService only with autoscaler class %q; leave inferenceService.autoscalerClass empty (the chart sets %q) or set it to %q" $v.inferenceService.autoscalerClass $release.version $class $class $class) }}
 {{- end }}
 
 {{- /* the model and where it is stored */}}
@@ -386,11 +469,11 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $errors = append $errors (printf "model.uri=%s is not a valid PVC URI: use pvc://CLAIM/PATH with the name of an existing ReadWriteMany claim in the release namespace" $uri) }}
 {{- end }}
 {{- else if eq $scheme "oci" }}
-{{- if semverCompare "<0.16.0-0" $kv }}
-{{- $errors = append $errors (printf "model.uri=%s: KServe %s admits only pvc:// storage for multi-node (oci:// from 0.16); use hf://ORG/NAME (the chart stages it onto a volume) or pvc://CLAIM/PATH, or upgrade KServe and kserve.version" $uri (toString $v.kserve.version)) }}
+{{- if and $release (not (has "oci" $release.storage)) }}
+{{- $errors = append $errors (printf "model.uri=%s: oci:// multi-node works from KServe 0.18 (%s); use hf://ORG/NAME (the chart stages it onto a volume) or pvc://CLAIM/PATH, or upgrade KServe and kserve.version" $uri (ternary "0.15 admits only pvc://" (ternary "0.16.0 sets up the modelcar for the head only and its pod webhook refuses every worker pod" "0.17 replaces the containers' securityContext with {runAsUser: 1010}, dropping their read-only root and capability drop" (eq $release.version "0.16.0")) (not (has "oci" $release.validator.storageSchemes)))) }}
 {{- end }}
 {{- else }}
-{{- $errors = append $errors (printf "model.uri=%s: multi-node KServe reads the model from a volume every node shares; use hf://ORG/NAME (the chart stages it onto a ReadWriteMany volume), pvc://CLAIM/PATH%s" $uri (ternary " or oci://REGISTRY/REPO:TAG" "" (semverCompare ">=0.16.0-0" $kv))) }}
+{{- $errors = append $errors (printf "model.uri=%s: multi-node KServe reads the model from a volume every node shares; use hf://ORG/NAME (the chart stages it onto a ReadWriteMany volume), pvc://CLAIM/PATH%s" $uri (ternary " or oci://REGISTRY/REPO:TAG" "" (has "oci" $release.storage))) }}
 {{- end }}
 {{- if and $v.model.storage.existingClaim (ne $scheme "hf") }}
 {{- $errors = append $errors (printf "model.storage.existingClaim=%s applies to hf:// models only; for a model already on a claim set model.uri=pvc://%s/PATH and leave model.storage.existingClaim empty" $v.model.storage.existingClaim $v.model.storage.existingClaim) }}
@@ -423,6 +506,8 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $custom := $v.gpu.customResourceTypes | default list }}
 {{- if and (not (has $gpu $standard)) (not (has $gpu $custom)) }}
 {{- $errors = append $errors (printf "gpu.resourceName=%s is not a GPU type KServe knows (%s); add it to gpu.customResourceTypes to declare it, or use one of those" $gpu (join ", " $standard)) }}
+{{- else if and (not (has $gpu $standard)) $release (eq $release.controller.gpuTypesAnnotation "comma-split") }}
+{{- $errors = append $errors (printf "gpu.resourceName=%s on KServe %s: its webhook wants serving.kserve.io/gpu-resource-types as a JSON array but its deployment reconciler splits it on commas, so every pod would also get %s; use a standard GPU type on this release, or KServe 0.15.1 or later" $gpu $release.version (first $standard)) }}
 {{- else if and (not (has $gpu $standard)) (gt (int $v.parallelism.tensor) 1) }}
 {{- $errors = append $errors (printf "gpu.resourceName=%s with parallelism.tensor=%d: KServe counts only %s when it sizes the group, so it would start tensor x pipeline = %d nodes of one GPU each; use parallelism.tensor=1 with a custom GPU type, or a standard type" $gpu (int $v.parallelism.tensor) (join ", " $standard) (mul $v.parallelism.tensor $v.parallelism.pipeline)) }}
 {{- end }}
