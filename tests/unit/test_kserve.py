@@ -190,15 +190,20 @@ def _break(objects: list, change: str) -> None:
         ("unknown GPU", "Unknown GPU resource type"),
         ("hf storage", "Multinode only supports 'pvc' and 'oci' Storage Protocol(hf)"),
         ("hpa", "Multinode only supports 'none' autoscaler(hpa)"),
-        ("serverless", "runs RawDeployment/Standard only"),
         ("PP 0", "WorkerSpec.PipelineParallelSize cannot be less than 1(0)"),
     ],
 )
 def test_admission_refuses_what_kserve_refuses(objects: list, change: str, message: str) -> None:
     _break(objects, change)
-    with pytest.raises(UserError, match="the InferenceService 'demo' is invalid") as error:
+    with pytest.raises(kserve.Denied, match='the InferenceService "demo" is invalid') as error:
         kserve.reconcile(objects)
     assert message in str(error.value)
+
+
+def test_a_knative_isvc_is_admitted_but_runs_no_workers(objects: list) -> None:
+    _break(objects, "serverless")
+    with pytest.raises(kserve.ReconcileError, match="with its Knative reconciler"):
+        kserve.reconcile(objects)
 
 
 def test_a_custom_gpu_type_declared_in_the_annotation_is_admitted(
@@ -242,7 +247,7 @@ def test_strategic_merge_merges_lists_by_key_and_replaces_the_others() -> None:
 def test_env_value_from_in_the_isvc_replaces_a_runtime_value() -> None:
     runtime = {"name": "kserve-container", "env": [{"name": "A", "value": "1"}]}
     isvc = {"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}
-    merged = kserve.merge_containers(runtime, isvc)
+    merged = kserve.controller.merge_containers(runtime, isvc)
     assert merged["env"] == [
         {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     ]

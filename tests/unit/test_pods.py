@@ -283,28 +283,35 @@ def _reconciled() -> kserve.Reconciled:
 
 def test_pods_that_do_not_fit_the_node_gpus_stay_pending() -> None:
     scheduled = cluster._schedule(
-        _reconciled(), node_gpus=4
+        [_reconciled()], node_gpus=4
     )  # head 2 + one worker 2; the second waits
-    assert [pending for _, _, pending in scheduled] == [
+    assert [pod.pending for pod in scheduled] == [
         "",
         "",
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
     ]
-    names = [name for _, name, _ in scheduled]
+    names = [pod.name for pod in scheduled]
     assert names[0].startswith("demo-predictor-")
     assert all(name.startswith("demo-predictor-worker-") for name in names[1:])
     assert len(set(names)) == 3
+    assert [pod.host for pod in scheduled] == ["head", "w1", "w2"]
 
 
 def test_headless_service_names_resolve_to_their_scheduled_pods() -> None:
     reconciled = _reconciled()
-    scheduled = cluster._schedule(reconciled, node_gpus=0)
-    addresses = {name: f"10.0.0.{i + 2}" for i, (_, name, _) in enumerate(scheduled)}
-    names = cluster._service_names(reconciled, scheduled, addresses)
+    scheduled = cluster._schedule([reconciled], node_gpus=0)
+    addresses = {pod.name: f"10.0.0.{i + 2}" for i, pod in enumerate(scheduled)}
+    names = cluster._service_names([reconciled], scheduled, addresses)
     assert names["demo-head-1.default.svc.cluster.local"] == ["10.0.0.2"]
     assert names["demo-head-1"] == ["10.0.0.2"]
     assert names["demo-workers-1.default.svc"] == ["10.0.0.3", "10.0.0.4"]
     assert not any(name.startswith("demo-predictor") for name in names)  # ClusterIP: not in hosts
+
+
+def test_a_second_groups_pods_get_hosts_of_their_own() -> None:
+    first, second = _reconciled(), _reconciled()
+    hosts = [pod.host for pod in cluster._schedule([first, second], node_gpus=0)]
+    assert hosts == ["head", "w1", "w2", "g1-head", "g1-w4", "g1-w5"]
 
 
 def test_the_cluster_plan_survives_a_round_trip_through_its_state_file(

@@ -1,11 +1,13 @@
 """The local cluster's lifecycle: ``up``, ``down``, ``status`` and ``exec``.
 
 ``up`` does everything that can fail with a clear message before anything runs: it renders the
-chart with real helm, lets the KServe emulation (``kserve.py``) turn the ServingRuntime and the
-InferenceService into Deployments and Services, schedules the pods on one node with a mocked GPU
+chart with real helm (one or more releases), admits the objects through the KServe release's
+webhooks and lets its controller turn each InferenceService into Deployments and Services
+(``kserve/``: the release comes from ``--kserve-version`` or the rendered runtime's
+``multinode-llm/kserve-release`` annotation), schedules the pods on one node with a mocked GPU
 capacity, gives each running pod a network namespace with its Services in ``/etc/hosts``, plans
 its containers (``pods.py``) and starts the kubelet daemon (``kubelet.py``). Then it waits for the
-head to be Ready. ``down`` undoes all of it, by prefix, even after a crash.
+first release's head to be Ready. ``down`` undoes all of it, by prefix, even after a crash.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import yaml
 
 from multinode_llm.errors import UserError
 from multinode_llm.local import kserve
-from multinode_llm.local.k8s import Obj
+from multinode_llm.local.chart import find_chart, find_helm
+from multinode_llm.local.k8s import Obj, deployment_status
 from multinode_llm.local.kubelet import enter_command
 from multinode_llm.local.netns import Network, namespaces_with_prefix, require_root
 from multinode_llm.local.pods import PodIdentity, PodPlan, plan_pod
@@ -66,6 +69,8 @@ class UpOptions:
     chart: Path | None = None
     helm: Path | None = None
     wait_s: float | None = None  # None: the head's startup budget plus a margin
+    kserve_version: str = ""  # the KServe release to be; empty: the one the chart rendered for
+    also: Sequence[str] = ()  # more releases of the chart, with the same values, beside the first
 
 
 def up(options: UpOptions, progress: Callable[[str], None] = lambda line: None) -> ClusterPlan:
@@ -89,14 +94,10 @@ def start(options: UpOptions, progress: Callable[[str], None] = lambda line: Non
     subnet = _subnet(options.subnet)
     listener = _listen(options.host, options.port)
     try:
-        chart = options.chart or find_chart()
-        values = list(options.values) or [DEFAULT_VALUES]
-        objects = render(
-            chart, values, options.sets, options.release, options.namespace, options.helm
-        )
-        reconciled = kserve.reconcile(objects, options.namespace)
+        release, rendered, reconciled = _install(options)
         claims = dict(options.volumes)
-        _default_claims(reconciled.storage_uri, claims, make=not options.values, progress=progress)
+        for each in reconciled:
+            _default_claims(each.storage_uri, claims, make=not options.values, progress=progress)
     except BaseException:
         listener.close()
         raise
@@ -104,7 +105,8 @@ def start(options: UpOptions, progress: Callable[[str], None] = lambda line: Non
     network = Network(options.prefix, subnet)
     network.create()
     try:
-        plan = _plan(options, state, network, reconciled, objects, claims, listener)
+        objects = [obj for objs in rendered.values() for obj in objs]
+        plan = _plan(options, state, network, release, reconciled, objects, claims, listener)
         state.write_plan(plan)
         _start_kubelet(state, listener)
     except BaseException:
@@ -114,6 +116,50 @@ def start(options: UpOptions, progress: Callable[[str], None] = lambda line: Non
     listener.close()
     progress(f"kubelet started; pods: {', '.join(p.name for p in plan.pods)}")
     return plan
+
+
+def _install(
+    options: UpOptions,
+) -> tuple[kserve.Release, dict[str, list[Obj]], list[kserve.Reconciled]]:
+    """Render every release, admit its objects and reconcile: what the API server and KServe do.
+
+    The first release's InferenceService comes first in the result.
+    """
+    chart = options.chart or find_chart()
+    values = list(options.values) or [DEFAULT_VALUES]
+    sets = list(options.sets)
+    if options.kserve_version:
+        sets.append(f"kserve.version={options.kserve_version}")
+    rendered = {
+        name: render(chart, values, sets, name, options.namespace, options.helm)
+        for name in dict.fromkeys([options.release, *options.also])
+    }
+    release = _kserve_release(rendered[options.release], options.kserve_version)
+    control = kserve.Cluster(release)
+    try:
+        for name, objects in rendered.items():
+            control.apply(objects, name, options.namespace)
+        reconciled = control.reconcile()
+    except (kserve.Denied, kserve.ReconcileError) as error:
+        raise UserError(f"KServe {release.version}: {error}") from None
+    if not reconciled:
+        raise UserError(
+            "the rendered chart holds no InferenceService: set model.uri (a release that only "
+            "runs the model cache has no group to run here)"
+        )
+    return release, rendered, reconciled
+
+
+def _kserve_release(objects: list[Obj], asked: str) -> kserve.Release:
+    """The release ``--kserve-version`` names, else the one the chart rendered for."""
+    if asked:
+        return kserve.releases.resolve(asked)
+    for obj in objects:
+        if obj.get("kind") in kserve.RUNTIME_KINDS:
+            version = (obj["metadata"].get("annotations") or {}).get(kserve.RELEASE_ANNOTATION)
+            if version:
+                return kserve.releases.get(version)
+    return kserve.releases.default()
 
 
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
@@ -139,13 +185,45 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
 
 
 def status(prefix: str = DEFAULT_PREFIX) -> Obj | None:
-    """The kubelet's status (pods, containers, events), or None when no cluster is up."""
+    """The kubelet's status (pods, containers, events) and each InferenceService's conditions as
+    the cluster's KServe release reports them; None when no cluster is up."""
     state = ClusterState(prefix)
-    if state.load_plan() is None:
+    plan = state.load_plan()
+    if plan is None:
         return None
     data = state.load_status()
     data["kubelet_alive"] = state.kubelet_pid() is not None
+    data["kserve"] = plan.kserve
+    data["inferenceservices"] = isvc_conditions(plan, data.get("pods", []), time.time())
     return data
+
+
+def isvc_conditions(plan: ClusterPlan, pods: list[Obj], now: float) -> list[Obj]:
+    """Each InferenceService's conditions from its pods: the Deployment controller's conditions
+    (k8s.deployment_status, with KServe's progress deadline), then KServe's status code."""
+    release = kserve.releases.get(plan.kserve) if plan.kserve else kserve.releases.default()
+    labels = {pod.name: pod.labels for pod in plan.pods}
+    result = []
+    for group in plan.groups:
+        statuses: dict[str, Obj | None] = {}
+        for deployment in group["deployments"]:
+            mine = [p for p in pods if labels.get(p["name"], {}).get("app") == deployment["app"]]
+            ready = sum(1 for p in mine if p.get("ready"))
+            replicas = int(deployment["replicas"])
+            statuses[deployment["role"]] = (
+                {}  # deleted after every reconcile: recreated without status, deleted again
+                if deployment["deleted"]
+                else deployment_status(
+                    replicas,
+                    ready,
+                    complete=ready >= replicas,
+                    elapsed_s=now - plan.started,
+                    deadline_s=float(deployment["progress_deadline_s"]),
+                )
+            )
+        conditions = kserve.status.conditions(release, statuses["head"], statuses["worker"])
+        result.append({"name": group["isvc"], "namespace": group["namespace"], **conditions})
+    return result
 
 
 def exec_in_pod(
@@ -213,35 +291,6 @@ def render(
     return [doc for doc in yaml.safe_load_all(result.stdout) if isinstance(doc, dict)]
 
 
-def find_chart() -> Path:
-    """``charts/multinode-llm`` of the checkout this package runs from, or of the current one."""
-    candidates = [os.environ.get("MULTINODE_LLM_CHART", "")]
-    for start in (Path(__file__).resolve(), Path.cwd().resolve()):
-        candidates += [
-            str(parent / "charts" / "multinode-llm") for parent in [start, *start.parents]
-        ]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "Chart.yaml").is_file():
-            return Path(candidate)
-    raise UserError(
-        "the chart charts/multinode-llm was not found: run from a checkout of multinode-llm, "
-        "or pass --chart DIR (or set MULTINODE_LLM_CHART)"
-    )
-
-
-def find_helm(chart: Path) -> Path:
-    """helm from ``$HELM``, the checkout's ``.tools/bin`` (hack/install-tools.sh) or the PATH."""
-    tools = chart.resolve().parent.parent / ".tools" / "bin"
-    candidates = [os.environ.get("HELM", ""), str(tools / "helm"), shutil.which("helm") or ""]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    raise UserError(
-        "helm was not found: run `bash hack/install-tools.sh` (it puts helm in .tools/bin), "
-        "or pass --helm PATH"
-    )
-
-
 def startup_budget(plan: ClusterPlan) -> float:
     """How long kubelet lets the head start before it restarts it, plus a minute for readiness."""
     head = next(p for p in plan.pods if p.role == "head").containers[0]
@@ -295,7 +344,8 @@ def _plan(
     options: UpOptions,
     state: ClusterState,
     network: Network,
-    reconciled: kserve.Reconciled,
+    release: kserve.Release,
+    reconciled: list[kserve.Reconciled],
     objects: list[Obj],
     claims: Mapping[str, Path],
     listener: socket.socket,
@@ -303,95 +353,139 @@ def _plan(
     """Schedule the pods, give the running ones a namespace and address, plan their containers."""
     scheduled = _schedule(reconciled, options.node_gpus)
     addresses: dict[str, str] = {}
-    for index, (workload, name, pending) in enumerate(scheduled):
-        if not pending:
-            role = "head" if workload.role == "head" else f"w{index}"
-            addresses[name] = network.add_host(role).ip
+    for pod in scheduled:
+        if not pod.pending:
+            addresses[pod.name] = network.add_host(pod.host).ip
     services = _service_names(reconciled, scheduled, addresses)
     pods: list[PodPlan] = []
-    for index, (workload, name, pending) in enumerate(scheduled):
-        role = "head" if workload.role == "head" else f"w{index}"
+    for pod in scheduled:
         identity = PodIdentity(
-            name=name,
-            namespace=reconciled.namespace,
-            ip=addresses.get(name, ""),
-            netns=f"{options.prefix}-{role}" if not pending else "",
-            role=workload.role,
-            labels=workload.labels,
-            annotations=workload.annotations,
-            directory=state.pod_dir(name),
-            gpus=reconciled.head_gpus if workload.role == "head" else reconciled.worker_gpus,
+            name=pod.name,
+            namespace=pod.group.namespace,
+            ip=addresses.get(pod.name, ""),
+            netns=f"{options.prefix}-{pod.host}" if not pod.pending else "",
+            role=pod.workload.role,
+            labels=pod.workload.labels,
+            annotations=pod.workload.annotations,
+            directory=state.pod_dir(pod.name),
+            gpus=pod.gpus,
             host_ip=network.gateway,
         )
-        pod = plan_pod(identity, workload.pod_spec, objects, claims)
-        if pending:
-            pod = PodPlan(**{**pod.__dict__, "pending": pending})
+        planned = plan_pod(identity, pod.workload.pod_spec, objects, claims)
+        if pod.pending:
+            planned = PodPlan(**{**planned.__dict__, "pending": pod.pending})
         else:
-            network.set_hosts(network.hosts[role], {**services, name: identity.ip})
-        pods.append(pod)
-    head = reconciled.head
+            network.set_hosts(network.hosts[pod.host], {**services, pod.name: identity.ip})
+        pods.append(planned)
+    first = reconciled[0]
+    head = first.head
     target = int((head.container.get("ports") or [{"containerPort": 8080}])[0]["containerPort"])
     host, port = listener.getsockname()[:2]
-    forward = Forward(host=host, port=port, service=head.name, role="head", target_port=target)
+    forward = Forward(
+        host=host,
+        port=port,
+        service=head.name,
+        role="head",
+        target_port=target,
+        selector={"app": head.labels["app"]},
+    )
     return ClusterPlan(
         prefix=options.prefix,
         subnet=str(network.subnet),
         release=options.release,
-        namespace=reconciled.namespace,
-        isvc=reconciled.isvc_name,
+        namespace=first.namespace,
+        isvc=first.isvc_name,
         pods=pods,
         forward=forward,
         services=services,
+        kserve=release.version,
+        started=time.time(),
+        groups=[_group_record(each) for each in reconciled],
     )
 
 
-def _schedule(
-    reconciled: kserve.Reconciled, node_gpus: int
-) -> list[tuple[kserve.Workload, str, str]]:
-    """(workload, pod name, why it is Pending or "") for every replica, head first.
+def _group_record(reconciled: kserve.Reconciled) -> dict[str, object]:
+    """What ``status`` needs to tell the InferenceService's conditions: its Deployments."""
+    return {
+        "isvc": reconciled.isvc_name,
+        "namespace": reconciled.namespace,
+        "deployments": [
+            {
+                "name": w.name,
+                "role": w.role,
+                "replicas": w.replicas,
+                "app": w.labels["app"],
+                "progress_deadline_s": w.progress_deadline_s,
+                "deleted": w.name in reconciled.deleted,
+            }
+            for w in (reconciled.head, reconciled.worker)
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class _Scheduled:
+    """One replica: its group, workload, pod name, host (netns suffix), GPUs, why it is Pending."""
+
+    group: kserve.Reconciled
+    workload: kserve.Workload
+    name: str
+    host: str
+    gpus: int
+    pending: str
+
+
+def _schedule(reconciled: list[kserve.Reconciled], node_gpus: int) -> list[_Scheduled]:
+    """Every replica of every surviving Deployment, the first release's head first.
 
     One node with ``node_gpus`` mocked GPUs (0: unlimited): a pod whose GPU request does not fit
     in what is left stays Pending with the scheduler's message, as on a cluster short of GPUs.
+    The first group's pods live in netns ``<prefix>-head`` and ``<prefix>-wN``, later groups'
+    in ``<prefix>-gG-head`` and ``<prefix>-gG-wN``.
     """
     left = node_gpus if node_gpus > 0 else None
-    result: list[tuple[kserve.Workload, str, str]] = []
-    for workload, gpus in (
-        (reconciled.head, reconciled.head_gpus),
-        (reconciled.worker, reconciled.worker_gpus),
-    ):
-        template_hash = hashlib.sha256(repr(workload.pod_spec).encode()).hexdigest()[:10]
-        for _ in range(workload.replicas):
-            suffix = "".join(secrets.choice(_POD_SUFFIX) for _ in range(5))
-            name = f"{workload.name}-{template_hash}-{suffix}"
-            pending = ""
-            if left is not None:
-                if gpus > left:
-                    resource = next(iter(kserve.GPU_RESOURCE_TYPES))
-                    pending = f"0/1 nodes are available: 1 Insufficient {resource}."
-                else:
-                    left -= gpus
-            result.append((workload, name, pending))
+    result: list[_Scheduled] = []
+    for number, group in enumerate(reconciled):
+        for workload in group.workloads:
+            gpus = group.head_gpus if workload.role == "head" else group.worker_gpus
+            template_hash = hashlib.sha256(repr(workload.pod_spec).encode()).hexdigest()[:10]
+            for _ in range(workload.replicas):
+                suffix = "".join(secrets.choice(_POD_SUFFIX) for _ in range(5))
+                host = "head" if workload.role == "head" else f"w{len(result)}"
+                if number:
+                    host = f"g{number}-{host}"
+                pending = ""
+                if left is not None:
+                    if gpus > left:
+                        resource = kserve.admission.STANDARD_GPU_TYPES[0]
+                        pending = f"0/1 nodes are available: 1 Insufficient {resource}."
+                    else:
+                        left -= gpus
+                name = f"{workload.name}-{template_hash}-{suffix}"
+                result.append(_Scheduled(group, workload, name, host, gpus, pending))
     return result
 
 
 def _service_names(
-    reconciled: kserve.Reconciled,
-    scheduled: list[tuple[kserve.Workload, str, str]],
+    reconciled: list[kserve.Reconciled],
+    scheduled: list[_Scheduled],
     addresses: Mapping[str, str],
 ) -> dict[str, list[str]]:
     """The DNS names of the headless Services (every form a pod may use) -> their pods' IPs."""
     names: dict[str, list[str]] = {}
-    for service in reconciled.services:
-        if not service.headless:
-            continue
-        ips = [
-            addresses[name]
-            for workload, name, pending in scheduled
-            if not pending and all(workload.labels.get(k) == v for k, v in service.selector.items())
-        ]
-        short = f"{service.name}.{reconciled.namespace}"
-        for form in (service.name, short, f"{short}.svc", f"{short}.svc.cluster.local"):
-            names[form] = ips
+    for group in reconciled:
+        for service in group.running_services:
+            if not service.headless:
+                continue
+            ips = [
+                addresses[pod.name]
+                for pod in scheduled
+                if not pod.pending
+                and all(pod.workload.labels.get(k) == v for k, v in service.selector.items())
+            ]
+            short = f"{service.name}.{group.namespace}"
+            for form in (service.name, short, f"{short}.svc", f"{short}.svc.cluster.local"):
+                names[form] = ips
     return names
 
 

@@ -112,6 +112,37 @@ def quantity(value: Any, what: str) -> Decimal:
     return Decimal(match.group(1)) * _SUFFIXES[match.group(2)]
 
 
+_BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def canonical_quantity(value: Any) -> str:
+    """A quantity as the API server writes it back (apimachinery's Quantity.String).
+
+    The suffix family of the input is kept (binary Ki..Ei, decimal m..E); the largest unit that
+    keeps the number whole is chosen ("1000m" -> "1", "0.5" -> "500m", 1.5Gi -> "1536Mi",
+    2000 -> "2k"); a binary value under 1024 is written in decimal. Exponent forms (1e3) are not
+    handled: the chart never renders them.
+    """
+    text = str(value).strip()
+    match = _QUANTITY.match(text)
+    if not match or match.group(2) not in _SUFFIXES or "e" in text.lower():
+        raise UserError(f"quantity {value!r} is not one the local cluster can canonicalize")
+    amount = quantity(text, "quantity")
+    if match.group(2).endswith("i") and abs(amount) >= 1024 and amount == amount.to_integral():
+        number, power = int(amount), 0
+        while number % 1024 == 0 and power < len(_BINARY) - 1:
+            number, power = number // 1024, power + 1
+        return f"{number}{_BINARY[power]}"
+    milli = (amount * 1000).to_integral_value(rounding="ROUND_CEILING")
+    if milli == 0:
+        return "0"
+    exponent = -3
+    while exponent < 18 and milli % (10 ** (exponent + 6)) == 0:
+        exponent += 3
+    return f"{int(milli // 10 ** (exponent + 3))}{_DECIMAL[exponent]}"
+
+
 def find(objects: Iterable[Obj], kind: str, name: str | None = None) -> list[Obj]:
     """The objects of ``kind`` (and ``name``, when given) among rendered objects."""
     return [
@@ -119,3 +150,46 @@ def find(objects: Iterable[Obj], kind: str, name: str | None = None) -> list[Obj
         for obj in objects
         if obj.get("kind") == kind and (name is None or obj.get("metadata", {}).get("name") == name)
     ]
+
+
+def deployment_status(
+    replicas: int, available: int, complete: bool, elapsed_s: float, deadline_s: float
+) -> Obj:
+    """A Deployment's status as its controller writes it (pkg/controller/deployment), for a rollout
+    that started ``elapsed_s`` ago with ``available`` of ``replicas`` pods ready.
+
+    Available is True once no more pods are missing than the strategy allows (Recreate: none).
+    Progressing is True (ReplicaSetUpdated) during the rollout, False (ProgressDeadlineExceeded)
+    past ``progressDeadlineSeconds`` without completing, True (NewReplicaSetAvailable) once done.
+    SetDeploymentCondition moves a changed condition to the end: during a rollout Progressing is
+    listed first; once it completed, or missed its deadline, Available is.
+    """
+    is_available = available >= replicas
+    available_condition = {
+        "type": "Available",
+        "status": "True" if is_available else "False",
+        "reason": "MinimumReplicasAvailable" if is_available else "MinimumReplicasUnavailable",
+        "message": "Deployment has minimum availability."
+        if is_available
+        else "Deployment does not have minimum availability.",
+    }
+    if complete:
+        progressing = {"status": "True", "reason": "NewReplicaSetAvailable"}
+    elif elapsed_s > deadline_s:
+        progressing = {"status": "False", "reason": "ProgressDeadlineExceeded"}
+    else:
+        progressing = {"status": "True", "reason": "ReplicaSetUpdated"}
+    progressing_condition = {
+        "type": "Progressing",
+        **progressing,
+        "message": f"ReplicaSet has {progressing['reason']}.",
+    }
+    order = [available_condition, progressing_condition]
+    if progressing["reason"] == "ReplicaSetUpdated":
+        order.reverse()
+    return {
+        "replicas": replicas,
+        "availableReplicas": available,
+        "readyReplicas": available,
+        "conditions": order,
+    }

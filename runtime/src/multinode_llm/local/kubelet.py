@@ -496,7 +496,9 @@ class Kubelet:
         backends = [
             pod
             for pod in self.plan.pods
-            if pod.role == forward.role and self.pod_status(pod)["ready"]
+            if _selects(forward.selector, pod.labels)
+            or (not forward.selector and pod.role == forward.role)
+            if self.pod_status(pod)["ready"]
         ]
         if not backends:
             client_writer.close()
@@ -511,6 +513,10 @@ class Kubelet:
         await asyncio.gather(
             _pipe(client_reader, writer), _pipe(reader, client_writer), return_exceptions=True
         )
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -35,8 +35,9 @@ class Forward:
     host: str
     port: int
     service: str
-    role: str  # pods of this role back the service
+    role: str  # pods of this role back the service (when no selector is given)
     target_port: int
+    selector: dict[str, str] = field(default_factory=dict)  # the Service's pod selector
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class ClusterPlan:
     pods: list[PodPlan]
     forward: Forward
     services: dict[str, list[str]] = field(default_factory=dict)  # DNS name -> pod IPs
+    kserve: str = ""  # the KServe release this cluster runs (kserve-releases.yaml)
+    started: float = 0.0  # when the Deployments' rollouts began (time.time())
+    groups: list[Obj] = field(default_factory=list)  # each InferenceService's Deployments
 
     @property
     def url(self) -> str:

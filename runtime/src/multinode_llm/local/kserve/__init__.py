@@ -1,0 +1,226 @@
+"""KServe as the local cluster's API server and controller see it, release by release.
+
+- ``releases``: the chart's table of KServe releases (``kserve-releases.yaml``), typed
+- ``admission``: the InferenceService defaulter and validator, the (Cluster)ServingRuntime validator
+- ``controller``: what the InferenceService reconciler makes (Deployments, Services, env, GPUs)
+- ``status``: the InferenceService conditions it reports from the Deployments
+- ``gotemplate``: the Go template KServe runs over the head container
+
+``Cluster`` ties them together the way an API server with KServe installed does: it starts with the
+ClusterServingRuntimes a default install of the release adds, admits every object a release applies
+(runtimes before InferenceServices, as Helm's and Argo CD's ordering put them), remembers which Helm
+release owns what, and reconciles every InferenceService.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from multinode_llm.errors import UserError
+from multinode_llm.local.k8s import Obj, find
+from multinode_llm.local.kserve import admission, controller, releases, status
+from multinode_llm.local.kserve.admission import GPU_TYPES, Denied
+from multinode_llm.local.kserve.controller import (
+    PVC_VOLUME,
+    Reconciled,
+    ReconcileError,
+    Service,
+    Workload,
+)
+from multinode_llm.local.kserve.releases import Release
+
+__all__ = [
+    "GPU_TYPES",
+    "PVC_VOLUME",
+    "RELEASE_ANNOTATION",
+    "RUNTIME_KINDS",
+    "Cluster",
+    "Denied",
+    "ReconcileError",
+    "Reconciled",
+    "Release",
+    "Service",
+    "Workload",
+    "admission",
+    "controller",
+    "reconcile",
+    "releases",
+    "status",
+]
+
+RUNTIME_KINDS = ("ClusterServingRuntime", "ServingRuntime")
+# The chart writes the KServe release it rendered for on its runtime (metadata, not spec: KServe
+# copies neither into pods), so that the local cluster runs that release.
+RELEASE_ANNOTATION = "multinode-llm/kserve-release"
+HEAD_SERVICES_KEPT = 3  # cleanHeadSvc (0.15.x, 0.16.0)
+
+
+@dataclass
+class _Stored:
+    obj: Obj
+    owner: tuple[str, str] | None  # (Helm release, its namespace); None: KServe's own
+    generation: int = 1
+
+
+@dataclass
+class Cluster:
+    """An API server with KServe ``release`` installed (webhooks and controller)."""
+
+    release: Release
+    objects: dict[tuple[str, str, str], _Stored] = field(default_factory=dict)
+    head_services: list[tuple[str, str]] = field(default_factory=list)  # creation order
+
+    def __post_init__(self) -> None:
+        for runtime in self.release.builtin_runtimes():
+            self.objects[_key(runtime, "")] = _Stored(runtime, owner=None)
+
+    def apply(self, objects: list[Obj], release: str, namespace: str) -> None:
+        """``helm install``/``upgrade`` of ``objects`` as Helm release ``release``: each through
+        KServe's webhooks (a denial raises ``Denied`` with KServe's message)."""
+        ordered = [o for o in objects if o.get("kind") in RUNTIME_KINDS]
+        ordered += [o for o in objects if o.get("kind") == "InferenceService"]
+        for obj in ordered:
+            self._admit(copy.deepcopy(obj), (release, namespace), namespace)
+
+    def uninstall(self, release: str, namespace: str) -> None:
+        """``helm uninstall``: the release's objects go; KServe's built-ins stay."""
+        for key in [k for k, v in self.objects.items() if v.owner == (release, namespace)]:
+            del self.objects[key]
+
+    def upgrade_kserve(self, release: Release) -> None:
+        """Install another KServe release over the objects stored (webhooks change, data stays)."""
+        self.release = release
+
+    def isvcs(self) -> list[Obj]:
+        return [s.obj for k, s in self.objects.items() if k[0] == "InferenceService"]
+
+    def reconcile(self) -> list[Reconciled]:
+        """Every InferenceService's Deployments and Services; records status.deploymentMode."""
+        results = []
+        for key, stored in list(self.objects.items()):
+            if key[0] != "InferenceService":
+                continue
+            isvc = stored.obj
+            runtime = self._runtime_for(isvc)
+            result = controller.reconcile(self.release, isvc, runtime, stored.generation)
+            self._record_mode(isvc)
+            self._track_head_service(result)
+            results.append(result)
+        return [self._without_cleaned(r) for r in results]
+
+    def _admit(self, obj: Obj, owner: tuple[str, str], namespace: str) -> None:
+        kind = obj["kind"]
+        if kind != "ClusterServingRuntime":
+            obj["metadata"].setdefault("namespace", namespace)
+        key = _key(obj, obj["metadata"].get("namespace", ""))
+        stored = self.objects.get(key)
+        if stored is not None and stored.owner != owner:
+            raise UserError(_ownership_error(obj, stored.owner, owner))
+        if kind in RUNTIME_KINDS:
+            same_scope = [
+                s.obj
+                for k, s in self.objects.items()
+                if k[0] == kind and (kind == "ClusterServingRuntime" or k[1] == key[1])
+            ]
+            admission.validate_runtime(self.release, obj, same_scope)
+            self.objects[key] = _Stored(obj, owner)
+            return
+        defaulted = admission.default_isvc(self.release, obj)
+        old = stored.obj if stored else None
+        admission.validate_isvc(self.release, defaulted, old)
+        generation = 1
+        if stored is not None:
+            defaulted["status"] = copy.deepcopy(stored.obj.get("status") or {})
+            changed = defaulted.get("spec") != stored.obj.get("spec")
+            generation = stored.generation + (1 if changed else 0)
+        self.objects[key] = _Stored(defaulted, owner, generation)
+
+    def _runtime_for(self, isvc: Obj) -> Obj:
+        model = isvc["spec"]["predictor"].get("model") or {}
+        name = model.get("runtime")
+        namespace = isvc["metadata"]["namespace"]
+        for key in (("ServingRuntime", namespace, name), ("ClusterServingRuntime", "", name)):
+            if key in self.objects:
+                return self.objects[key].obj
+        raise ReconcileError(
+            f"No ServingRuntimes or ClusterServingRuntimes with the name: {name}: "
+            "render the runtime with the InferenceService"
+        )
+
+    def _record_mode(self, isvc: Obj) -> None:
+        """The controller writes the mode it used into status (0.15.1+), as it read it."""
+        if self.release.version == "0.15.0":
+            return
+        mode = isvc["metadata"]["annotations"].get(admission.MODE, "")
+        recorded = isvc.setdefault("status", {}).get("deploymentMode")
+        if recorded and not (self.release.minor >= (0, 19)):
+            return  # 0.15.1-0.18.1 keep what they recorded first
+        if self.release.minor >= (0, 16):
+            mode = admission.LEGACY_MODES.get(recorded or mode, recorded or mode)
+        isvc["status"]["deploymentMode"] = mode
+
+    def _track_head_service(self, result: Reconciled) -> None:
+        for service in result.running_services:
+            if service.labels.get(controller.ROLE_LABEL) == "head":
+                key = (result.namespace, service.name)
+                if key not in self.head_services:
+                    self.head_services.append(key)
+
+    def _without_cleaned(self, result: Reconciled) -> Reconciled:
+        """0.15.x-0.16.0's cleanHeadSvc: every head Service but the 3 newest, in any namespace."""
+        if not self.release.controller.head_service_cleanup:
+            return result
+        doomed = self.head_services[:-HEAD_SERVICES_KEPT]
+        gone = [s.name for s in result.services if (result.namespace, s.name) in doomed]
+        if not gone:
+            return result
+        return Reconciled(**{**result.__dict__, "deleted": [*result.deleted, *gone]})
+
+
+def reconcile(
+    objects: list[Obj],
+    namespace: str = "default",
+    generation: int = 1,
+    release: Release | None = None,
+) -> Reconciled:
+    """The one multi-node InferenceService among ``objects``, admitted and reconciled."""
+    isvcs = find(objects, "InferenceService")
+    if len(isvcs) != 1:
+        raise UserError(
+            f"the rendered chart holds {len(isvcs)} InferenceServices; the local cluster runs "
+            "exactly one per release: check the values (is the chart's InferenceService enabled?)"
+        )
+    cluster = Cluster(release or releases.default())
+    cluster.apply(objects, "release", namespace)
+    stored = next(s for k, s in cluster.objects.items() if k[0] == "InferenceService")
+    stored.generation = generation
+    [result] = cluster.reconcile()
+    return result
+
+
+def _key(obj: Obj, namespace: str) -> tuple[str, str, str]:
+    return obj["kind"], namespace, obj["metadata"]["name"]
+
+
+def _ownership_error(obj: Obj, current: tuple[str, str] | None, wanted: tuple[str, str]) -> str:
+    """Helm's refusal to take over an object another release (or nobody) owns."""
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    where = obj["metadata"].get("namespace", "")
+    if current is None:
+        why = 'missing key "meta.helm.sh/release-name": must be set to ' + repr(wanted[0])
+    elif current[0] != wanted[0]:
+        why = (
+            f'key "meta.helm.sh/release-name" must equal "{wanted[0]}": '
+            f'current value is "{current[0]}"'
+        )
+    else:
+        why = (
+            f'key "meta.helm.sh/release-namespace" must equal "{wanted[1]}": '
+            f'current value is "{current[1]}"'
+        )
+    return (
+        "rendered manifests contain a resource that already exists. Unable to continue with "
+        f'install: {kind} "{name}" in namespace "{where}" exists and cannot be imported into the '
+        f"current release: invalid ownership metadata; annotation validation error: {why}"
+    )
