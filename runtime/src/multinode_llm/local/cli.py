@@ -71,6 +71,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--release", default=cluster.DEFAULT_RELEASE, help="helm release name; default %(default)s"
     )
     up.add_argument(
+        "--also-release",
+        dest="also",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="install another release of the chart, with the same values, beside the first "
+        "(repeatable): its runtime and InferenceService go through the same webhooks",
+    )
+    up.add_argument(
+        "--kserve-version",
+        default="",
+        metavar="VERSION",
+        help="the KServe release the cluster runs (as kserve.version: 0.15.0, 0.18, ...; also "
+        "passed to the chart); default: the one the chart renders for",
+    )
+    up.add_argument(
         "--chart",
         type=Path,
         default=None,
@@ -174,6 +190,8 @@ def _up_options(args: argparse.Namespace) -> cluster.UpOptions:
         chart=args.chart,
         helm=args.helm,
         wait_s=args.wait,
+        kserve_version=args.kserve_version,
+        also=args.also,
     )
 
 
@@ -206,6 +224,15 @@ def _status(prefix: str, as_json: bool) -> int:
             "the local kubelet is not running: `multinode-llm local down` cleans up",
             file=sys.stderr,
         )
+    print(f"KServe {current.get('kserve', '?')}:")
+    for isvc in current.get("inferenceservices", []):
+        conditions = ", ".join(
+            f"{kind}={isvc[kind]['status']}"
+            + (f" ({isvc[kind]['reason']})" if isvc[kind]["reason"] else "")
+            for kind in ("PredictorReady", "IngressReady", "Ready")
+            if kind in isvc
+        )
+        print(f"  inferenceservice/{isvc['name']}: {conditions}")
     print(f"OpenAI API: {current.get('url', '')}")
     return 0
 
