@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A kind cluster that chart CI installs multinode-llm on: cert-manager, KServe in Standard
-# (RawDeployment) mode without Knative or Istio, and worker nodes that advertise mocked GPUs.
+# (RawDeployment) mode without Knative or Istio, with the ClusterServingRuntimes a default KServe
+# install has (so that the chart's runtime meets KServe's own in its webhook, as on a real
+# cluster), and worker nodes that advertise mocked GPUs.
 #
 # GPUs are FAKE: each worker node's status capacity gets `nvidia.com/gpu` (Kubernetes' documented
 # way to advertise an extended resource), so the scheduler places the chart's head and workers as
@@ -11,20 +13,25 @@
 #        bash hack/kind-up.sh --delete    (removes the kind cluster)
 # Needs: docker, kind (https://kind.sigs.k8s.io: `go install sigs.k8s.io/kind@v0.29.0` or the
 # release binary; GitHub Actions: helm/kind-action), and helm + kubectl (hack/install-tools.sh).
-# Environment: CLUSTER (multinode-llm), WORKERS (2), GPUS_PER_NODE (2), KSERVE_VERSION (v0.20.0),
-#              CERT_MANAGER_VERSION (v1.16.2), KUBECONFIG (written to .tools/kind-kubeconfig).
+# Environment: CLUSTER (multinode-llm), WORKERS (2), GPUS_PER_NODE (2), KSERVE_VERSION (default:
+#              the `default` release of charts/multinode-llm/kserve-releases.yaml, the chart's
+#              table of KServe releases), CERT_MANAGER_VERSION (v1.16.2), KUBECONFIG (written to
+#              .tools/kind-kubeconfig).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLUSTER="${CLUSTER:-multinode-llm}"
 WORKERS="${WORKERS:-2}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-2}"
-KSERVE_VERSION="${KSERVE_VERSION:-v0.20.0}"
+RELEASES="$ROOT/charts/multinode-llm/kserve-releases.yaml"
+KSERVE_VERSION="${KSERVE_VERSION:-v$(sed -n 's/^default: "\(.*\)"$/\1/p' "$RELEASES")}"
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.16.2}"
 export KUBECONFIG="${KUBECONFIG:-$ROOT/.tools/kind-kubeconfig}"
 export PATH="$ROOT/.tools/bin:$PATH"
 
 die() { echo "kind-up: $*" >&2; exit 1; }
+[[ "$KSERVE_VERSION" =~ ^v0\.[0-9]+\.[0-9]+$ ]] ||
+  die "KSERVE_VERSION=$KSERVE_VERSION is not vMAJOR.MINOR.PATCH (the default comes from $RELEASES)"
 
 MODE="${1:-create}"
 TOOLS=(helm kubectl)
@@ -77,6 +84,17 @@ helm upgrade --install kserve oci://ghcr.io/kserve/charts/kserve-resources \
   --set kserve.controller.deploymentMode=Standard \
   --wait --timeout 10m
 kubectl -n kserve rollout status deployment/kserve-controller-manager --timeout=10m
+# From 0.17 KServe's runtimes are a chart of their own, off by default; before, kserve-resources has
+# them (charts/kserve-runtime-configs, values kserve.servingruntime.enabled, at each tag).
+minor="${KSERVE_VERSION#v0.}"
+minor="${minor%%.*}"
+if (( minor >= 17 )); then
+  helm upgrade --install kserve-runtime-configs oci://ghcr.io/kserve/charts/kserve-runtime-configs \
+    --namespace kserve --version "$KSERVE_VERSION" --set kserve.version="$KSERVE_VERSION" \
+    --set kserve.servingruntime.enabled=true --wait --timeout 10m
+fi
+kubectl get clusterservingruntime kserve-huggingfaceserver-multinode >/dev/null ||
+  die "KServe $KSERVE_VERSION installed no kserve-huggingfaceserver-multinode runtime"
 
 echo "cluster ready: KServe $KSERVE_VERSION (Standard mode), $GPUS_PER_NODE mocked GPUs per worker node"
 echo "export KUBECONFIG=$KUBECONFIG"

@@ -104,3 +104,22 @@ def test_the_values_table_lists_the_fixed_values_api() -> None:
         "modelCache.storageContainer.enabled",
     }
     assert fixed <= keys, fixed - keys
+
+
+def test_the_kserve_releases_doc_has_not_drifted_from_the_table() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "kserve-releases.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_prose_that_names_the_default_kserve_release_names_the_tables() -> None:
+    """values.yaml's and the README's words about the default follow kserve-releases.yaml."""
+    default = yaml.safe_load((CHART / "kserve-releases.yaml").read_text())["default"]
+    values = (CHART / "values.yaml").read_text()
+    assert f"Empty: the newest supported release, {default}." in values
+    assert f"use {default}" in (CHART / "kserve-releases.yaml").read_text()
