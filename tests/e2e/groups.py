@@ -191,6 +191,8 @@ def local_group(
     node_gpus: int = 0,
     wait_ready: bool = True,
     wait_s: float = 900,
+    kserve_version: str = "",
+    also: Sequence[str] = (),
 ) -> Iterator[LocalGroup]:
     """A local cluster from the chart with the built-in local values plus ``sets``; removed after,
     and checked to have left no process, namespace, hosts file, bridge, state or mount behind."""
@@ -204,6 +206,8 @@ def local_group(
             subnet=subnet,
             port=0,
             node_gpus=node_gpus,
+            kserve_version=kserve_version,
+            also=also,
         )
         started = time.monotonic()
         group: LocalGroup | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import serving_checks as checks
 from groups import LocalGroup, local_group, record, serves_now
+from multinode_llm.local.kserve import releases
 
 SCENARIO = "PP=2 TP=1"
 RECOVERY_S = 600
@@ -53,6 +54,14 @@ def test_kserve_v2_endpoints_answer(group: LocalGroup) -> None:
 
 def test_ray_shows_two_nodes_with_one_gpu_each(group: LocalGroup) -> None:
     group.check_ray(tensor=1)
+
+
+def test_kserve_reports_the_serving_group_as_its_release_does(group: LocalGroup) -> None:
+    """The default release (0.19.0) never reports a multi-node group Ready (kserve#5703)."""
+    release = releases.get(group.plan.kserve)
+    [isvc] = group.status()["inferenceservices"]
+    expected = "Unknown" if release.controller.readiness == "stuck" else "True"
+    assert isvc["PredictorReady"]["status"] == expected
 
 
 def test_a_killed_worker_restarts_the_group_without_a_manual_step(
