@@ -22,10 +22,12 @@ def start_cache(tmp_path: Path, fake_hub: FakeHub) -> Iterator[Callable[..., Cac
     """Start caches against the fake hub; each is stopped after the test, its log shown."""
     started: list[CacheProcess] = []
 
-    def start(*args: str, store: Path | None = None, **kwargs: Any) -> CacheProcess:
+    def start(
+        *args: str, store: Path | None = None, upstream: str | None = None, **kwargs: Any
+    ) -> CacheProcess:
         index = len(started)
         cache = CacheProcess(
-            fake_hub.url,
+            upstream or fake_hub.url,
             store or tmp_path / f"store{index}",
             tmp_path / f"cache{index}.log",
             args=args,

@@ -4,8 +4,14 @@ It speaks the subset in ../shared/design/hf-hub-protocol.md the way the Hub does
 parts a cache must cope with: LFS downloads redirect to a "CDN" on another origin (which counts any
 ``Authorization`` header that reaches it), HEADs and tree entries carry Xet signals, tree listings
 page with ABSOLUTE ``Link`` headers, private and gated repos refuse the wrong callers with the Hub's
-error codes, and on demand bodies are throttled or corrupted. It counts every request and every blob
-byte it sends, by kind and by file, so tests can assert what reached "upstream".
+error codes (a gated repo's ``ungated`` files, like the Hub's README, are anyone's), repo info
+answers only the ``expand``ed fields, credentials count from a Bearer token, Basic auth (the token
+as password, as a netrc sends it) or the session cookie the Hub sets, and on demand bodies are
+throttled or broken (see ``FAULTS``). It counts every request and every blob byte it sends, by kind
+and by file, so tests can assert what reached "upstream".
+
+With ``direct=True`` it answers file GETs itself (no CDN) and ``/live``: a peer cache as a hostile
+test sees one, lying with the same faults.
 
 Run in a thread of the test process (``FakeHub.start()``), or alone for a benchmark:
 ``python -m tests.cache.fake_hub --host 127.0.0.1 --port 8070 --repo org/model DIR``.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import threading
 import time
@@ -28,6 +35,22 @@ from aiohttp import web
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 CHUNK = 64 * 1024
 BRANCHES = ("main", "refs/pr/1")  # every branch points at the one commit
+SESSION_COOKIE = "hub_session"
+# What a file body can be made to do (FakeHub.fault): each is something a real upstream or a broken
+# proxy between has done.
+FAULTS = frozenset(
+    {
+        "corrupt",  # one byte flipped in the middle
+        "cut",  # half the body, then the connection is reset
+        "short",  # Content-Length of the whole, one byte less sent, then the connection closes
+        "long",  # five bytes more than the file, framed consistently
+        "chunked-garbage",  # a chunk size that is not hex; the connection stays open
+        "chunked-stall",  # a chunk shorter than its size line says; the connection stays open
+        "drip",  # one byte every drip_interval seconds
+        "hang",  # headers never come
+        "redirect-loop",  # a 302 to the same URL, forever
+    }
+)
 
 
 def git_sha1(content: bytes) -> str:
@@ -42,6 +65,7 @@ class FakeRepo:
     private: bool = False
     gated: bool = False
     readers: set[str] = field(default_factory=set)  # tokens that may read a private or gated repo
+    ungated: set[str] = field(default_factory=set)  # files of a gated repo anyone may read
     lfs_threshold: int = 10 * 1024
     # path -> (the content hashed, its sha256): hashing a large file on every request would
     # serialize the fake Hub's one event loop for seconds per request (hundreds of MiB).
@@ -103,6 +127,19 @@ class FakeHub:
         self.link_bytes_per_second: float | None = None
         self._link_free_at = 0.0  # when the shared link has sent everything queued on it
         self.corrupt: set[str] = set()  # paths served with one byte flipped
+        self._faults: dict[str, tuple[str, int | None]] = {}  # path -> (fault, times left)
+        self.drip_interval = 0.5
+        self.head_headers: dict[str, dict[str, str]] = {}  # path -> headers a HEAD answers instead
+        self.tree_body: bytes | None = None  # what every tree listing answers instead
+        self.head_delay = 0.0  # seconds each file HEAD waits before its answer
+        self.large: dict[str, int] = {}  # raw path -> size of a generated octet-stream body
+        self.session_cookies = (
+            False  # set a session cookie for a caller it let in (as browsers get)
+        )
+        self.outage = False  # every connection is reset before an answer
+        self.direct = False
+        # method, raw path, Authorization, Cookie: what each request carried
+        self.requests_seen: list[tuple[str, str, str | None, str | None]] = []
         self.xet = True
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -124,8 +161,30 @@ class FakeHub:
     def cdn_url(self) -> str:
         return f"http://{self.host}:{self.cdn_port}"
 
+    def fault(self, path: str, kind: str, times: int | None = None) -> None:
+        """Break the bodies of ``path`` the ``kind`` way (FAULTS), ``times`` times or always."""
+        assert kind in FAULTS, kind
+        self._faults[path] = (kind, times)
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+        self.corrupt.clear()
+
+    def _take_fault(self, path: str) -> str | None:
+        with self._lock:
+            if path in self.corrupt:
+                return "corrupt"
+            kind, times = self._faults.get(path, (None, None))
+            if kind is not None and times is not None:
+                if times <= 1:
+                    del self._faults[path]
+                else:
+                    self._faults[path] = (kind, times - 1)
+            return kind
+
     def reset_counts(self) -> None:
         with self._lock:
+            self.requests_seen.clear()
             self.requests.clear()
             self.blob_gets.clear()
             self.blob_bytes.clear()
@@ -158,11 +217,14 @@ class FakeHub:
         self._loop = self._thread = None
 
     async def _start(self) -> None:
-        hub = web.Application()
+        hub = web.Application(middlewares=[self._outages])
+        hub.router.add_get("/live", self._live)
         hub.router.add_route("*", "/{tail:.*}", self._hub)
-        cdn = web.Application()
+        cdn = web.Application(middlewares=[self._outages])
         cdn.router.add_get("/blobs/{sha256}", self._cdn)
-        self._runner, self._cdn_runner = web.AppRunner(hub), web.AppRunner(cdn)
+        # Handlers end with their client, so a hanging or dripping answer never outlives a test.
+        self._runner = web.AppRunner(hub, handler_cancellation=True, shutdown_timeout=1)
+        self._cdn_runner = web.AppRunner(cdn, handler_cancellation=True, shutdown_timeout=1)
         for runner in (self._runner, self._cdn_runner):
             await runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -177,6 +239,26 @@ class FakeHub:
             if runner:
                 await runner.cleanup()
 
+    @web.middleware
+    async def _outages(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
+        with self._lock:
+            self.requests_seen.append(
+                (
+                    request.method,
+                    request.raw_path,
+                    request.headers.get("Authorization"),
+                    request.headers.get("Cookie"),
+                )
+            )
+        if self.outage and request.transport is not None:
+            request.transport.abort()
+            raise ConnectionResetError("fake hub outage")
+        return await handler(request)
+
+    async def _live(self, request: web.Request) -> web.Response:
+        del request
+        return web.json_response({"live": True})
+
     def _count(self, kind: str, request: web.Request) -> None:
         with self._lock:
             self.requests[kind] += 1
@@ -187,6 +269,9 @@ class FakeHub:
 
     async def _hub(self, request: web.Request) -> web.StreamResponse:
         parts = [unquote(part) for part in request.raw_path.partition("?")[0].split("/")[1:]]
+        if (size := self.large.get(request.raw_path)) is not None:
+            self._count("large", request)
+            return await self._large(request, size)
         if parts[:1] == ["api"]:
             return await self._api(request, parts[1:])
         if "resolve" in parts:
@@ -219,13 +304,15 @@ class FakeHub:
         if revision not in (repo.commit, *BRANCHES):
             return _error(404, "RevisionNotFound", f"no revision {revision}")
         if action in ("", "revision"):
-            return web.json_response(self._info(repo))
+            return self._let_in(request, web.json_response(self._info(repo, request)))
         if action == "tree":
-            return self._tree(request, repo, "/".join(rest[1:]))
+            if self.tree_body is not None:
+                return web.Response(body=self.tree_body, content_type="application/json")
+            return self._let_in(request, self._tree(request, repo, "/".join(rest[1:])))
         return _error(404, "EntryNotFound", f"fake hub has no API action {action}")
 
-    def _info(self, repo: FakeRepo) -> dict[str, object]:
-        return {
+    def _info(self, repo: FakeRepo, request: web.Request) -> dict[str, object]:
+        info: dict[str, object] = {
             "id": repo.repo_id,
             "sha": repo.commit,
             "private": repo.private,
@@ -233,6 +320,11 @@ class FakeHub:
             "siblings": [{"rfilename": path} for path in sorted(repo.files)],
             "lastModified": "2025-01-01T00:00:00.000Z",
         }
+        # As the Hub does: ?expand=a&expand=b answers the id and those fields only.
+        expand = [value for item in request.query.getall("expand", []) for value in item.split(",")]
+        if expand:
+            return {key: value for key, value in info.items() if key == "id" or key in expand}
+        return info
 
     def _tree(self, request: web.Request, repo: FakeRepo, under: str) -> web.Response:
         entries: list[dict[str, object]] = []
@@ -270,22 +362,28 @@ class FakeHub:
 
     async def _resolve(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
         self._count("head" if request.method == "HEAD" else "get", request)
+        if request.method == "HEAD" and self.head_delay:
+            await asyncio.sleep(self.head_delay)
         index = parts.index("resolve")
         repo_type = parts[0] if parts[0] in ("datasets", "spaces") else "models"
         repo_parts = parts[1:index] if repo_type != "models" else parts[:index]
         repo = self.repos.get((repo_type, "/".join(repo_parts)))
         if repo is None:
             return _error(401 if not _token(request) else 404, "RepoNotFound", "no such repo")
-        if (refusal := self._refuse_files(request, repo)) is not None:
-            return refusal
         revision, path = parts[index + 1], "/".join(parts[index + 2 :])
+        if (refusal := self._refuse_files(request, repo, path)) is not None:
+            return refusal
         if revision not in (repo.commit, *BRANCHES):
             return _error(404, "RevisionNotFound", f"no revision {revision}")
         commit = {"X-Repo-Commit": repo.commit}
         if path not in repo.files:
             return _error(404, "EntryNotFound", f"{path} is not in {repo.repo_id}", commit)
         content = repo.files[path]
-        if repo.is_lfs(path):
+        if request.method == "HEAD" and path in self.head_headers:
+            return web.Response(status=200, headers={**commit, **self.head_headers[path]})
+        if self._faults.get(path, ("",))[0] == "redirect-loop":
+            return web.Response(status=302, headers={"Location": request.path})
+        if repo.is_lfs(path) and not self.direct:
             sha256, expires = repo.etag(path), int(time.time()) + 3600
             headers = {
                 **commit,
@@ -302,9 +400,11 @@ class FakeHub:
                     f'<{self.url}{token_route}>; rel="xet-auth", '
                     f'<{self.cdn_url}/reconstruction/{sha256}>; rel="xet-reconstruction-info"'
                 )
-            return web.Response(status=302, headers=headers)
-        headers = {**commit, "ETag": f'"{git_sha1(content)}"'}
-        return await self._body(request, path, content, headers)
+            return self._let_in(request, web.Response(status=302, headers=headers))
+        headers = {**commit, "ETag": f'"{repo.etag(path)}"'}
+        if repo.is_lfs(path):
+            headers["X-Linked-Etag"] = headers["ETag"]
+        return self._let_in(request, await self._body(request, path, content, headers))
 
     def _refuse_listing(self, request: web.Request, repo: FakeRepo) -> web.Response | None:
         token = _token(request)
@@ -312,14 +412,23 @@ class FakeHub:
             return _error(401 if not token else 404, "RepoNotFound", "Repository not found")
         return None
 
-    def _refuse_files(self, request: web.Request, repo: FakeRepo) -> web.Response | None:
+    def _refuse_files(
+        self, request: web.Request, repo: FakeRepo, path: str = ""
+    ) -> web.Response | None:
         token = _token(request)
         if repo.private and token not in repo.readers:
             return _error(401 if not token else 404, "RepoNotFound", "Repository not found")
-        if repo.gated and token not in repo.readers:
+        if repo.gated and token not in repo.readers and path not in repo.ungated:
             message = f"Access to model {repo.repo_id} is restricted. You must have access to it."
             return _error(401 if not token else 403, "GatedRepo", message)
         return None
+
+    def _let_in(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+        """``response``, with the session cookie a Hub sets for a caller it knows, if enabled."""
+        token = _token(request)
+        if self.session_cookies and token and not response.prepared:
+            response.set_cookie(SESSION_COOKIE, token)
+        return response
 
     # -- the CDN ---------------------------------------------------------------------------------
 
@@ -350,21 +459,42 @@ class FakeHub:
             if start >= size:
                 return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
             status = 206
+        fault = self._take_fault(path) if request.method == "GET" else None
+        if fault in ("hang", "chunked-garbage", "chunked-stall"):
+            with self._lock:
+                self.blob_gets[path] += 1
+            return await self._broken(request, fault, content[start : end + 1], status, headers)
         response = web.StreamResponse(status=status, headers=headers)
         response.headers["Accept-Ranges"] = "bytes"
         if status == 206:
             response.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        response.content_length = end - start + 1
+        body = memoryview(content)[start : end + 1]
+        response.content_length = len(body) + (5 if fault == "long" else 0)
+        self._let_in(request, response)
         await response.prepare(request)
         if request.method == "HEAD":
             return response
         with self._lock:
             self.blob_gets[path] += 1
-        body = memoryview(content)[start : end + 1]
-        if path in self.corrupt and body:
+        if fault == "corrupt" and body:
             flipped = bytearray(body)
             flipped[len(flipped) // 2] ^= 0xFF
             body = memoryview(flipped)
+        elif fault == "long":
+            body = memoryview(bytes(body) + b"extra")
+        elif fault == "drip":
+            for offset in range(len(body)):
+                await response.write(bytes(body[offset : offset + 1]))
+                await asyncio.sleep(self.drip_interval)
+        elif fault in ("cut", "short"):
+            kept = len(body) // 2 if fault == "cut" else len(body) - 1
+            await response.write(bytes(body[:kept]))
+            assert request.transport is not None
+            if fault == "cut":
+                request.transport.abort()
+            else:
+                request.transport.close()
+            return response
         began = time.monotonic()
         for offset in range(0, len(body), CHUNK):
             await response.write(bytes(body[offset : offset + CHUNK]))
@@ -379,6 +509,44 @@ class FakeHub:
         await response.write_eof()
         return response
 
+    async def _broken(
+        self,
+        request: web.Request,
+        fault: str,
+        body: bytes,
+        status: int,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        """Bytes no HTTP library would write: sent raw, then the connection held open."""
+        transport = request.transport
+        assert transport is not None
+        if fault != "hang":
+            head = [f"HTTP/1.1 {status} OK", "Transfer-Encoding: chunked"]
+            head += [f"{name}: {value}" for name, value in headers.items()]
+            half = body[: len(body) // 2]
+            if fault == "chunked-garbage":
+                framing = b"%x\r\n%s\r\nzz-not-hex\r\n" % (len(half), half)
+            else:
+                framing = b"%x\r\n%s" % (len(body), half)  # promises all, sends half
+            transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + framing)
+        for _ in range(1200):  # two minutes at most; the test's client gives up long before
+            if transport.is_closing():
+                break
+            await asyncio.sleep(0.1)
+        transport.abort()
+        raise ConnectionResetError("fake hub: broken body abandoned")
+
+    async def _large(self, request: web.Request, size: int) -> web.StreamResponse:
+        """``size`` generated bytes, written a block at a time (never held whole here)."""
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = size
+        await response.prepare(request)
+        block = bytes(range(256)) * 4096  # 1 MiB
+        for offset in range(0, size, len(block)):
+            await response.write(block[: size - offset])
+        await response.write_eof()
+        return response
+
     async def _through_link(self, size: int) -> None:
         """Wait until the shared link has carried ``size`` more bytes after those queued before."""
         assert self.link_bytes_per_second
@@ -389,7 +557,15 @@ class FakeHub:
 
 
 def _token(request: web.Request) -> str:
-    return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    """The caller's credential: a Bearer token, Basic auth's password (what a netrc sends, as git
+    does with a token), or the session cookie."""
+    authorization = request.headers.get("Authorization", "")
+    if authorization.startswith("Basic "):
+        decoded = base64.b64decode(authorization.removeprefix("Basic ")).decode()
+        return decoded.partition(":")[2]
+    if authorization:
+        return authorization.removeprefix("Bearer ").strip()
+    return request.cookies.get(SESSION_COOKIE, "")
 
 
 def _error(

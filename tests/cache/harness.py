@@ -47,6 +47,7 @@ class CacheProcess:
         port: int | None = None,
         args: Sequence[str] = (),
         prefix: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port or free_port()
@@ -72,7 +73,9 @@ class CacheProcess:
             *args,
         ]
         self._log = log_path.open("ab")
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=env
+        )
 
     @property
     def url(self) -> str:
@@ -97,6 +100,31 @@ class CacheProcess:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
             return cache_metrics.parse(response.read().decode())
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def open_fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def rss(self) -> int:
+        """Resident memory now, in bytes."""
+        return _status_kib(self.pid, "VmRSS") * 1024
+
+    def peak_rss(self) -> int:
+        """The most resident memory the process ever had, in bytes."""
+        return _status_kib(self.pid, "VmHWM") * 1024
+
+    def leftovers(self) -> list[Path]:
+        """Files a finished fill or metadata write must not leave: partial blobs, temporaries."""
+        partial = (
+            list((self.store / "partial").iterdir()) if (self.store / "partial").exists() else []
+        )
+        return partial + list(self.store.rglob("*.tmp"))
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
@@ -117,11 +145,18 @@ class CacheProcess:
         self._log.close()
 
 
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/status has no {field}")
+
+
 def raw_request(
     url: str,
     method: str,
     raw_path: str,
-    headers: dict[str, str] | None = None,
+    headers: dict[str, str] | dict[str, bytes] | None = None,
     read_limit: int | None = None,
 ) -> tuple[int, http.client.HTTPMessage, bytes]:
     """Send ``raw_path`` byte for byte (no client-side normalization of '..' or encodings)."""
