@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiohttp
 import pytest
-from huggingface_hub import hf_hub_download
+from huggingface_hub import constants, hf_hub_download
 from multinode_llm.cache import fills, responses, routes
 from multinode_llm.cache.server import Settings, running
 
@@ -96,7 +97,9 @@ def test_a_fill_survives_the_client_that_started_it(fake_hub, start_cache):
         client.sendall(
             f"GET /org/left/resolve/{repo.commit}/{SHARD} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
         )
-        client.recv(65536)  # headers and the first bytes, then hang up
+        wait_until(lambda: fake_hub.blob_bytes[SHARD] > 0, 20, "the fill to start")
+    # ... and hang up while the blob is still on its way in.
+    assert fake_hub.blob_bytes[SHARD] < len(content)
     wait_until(
         lambda: cache.metrics()["store_blobs"] == 1,
         20,
@@ -128,6 +131,36 @@ def test_corrupted_upstream_bytes_are_never_served(fake_hub, start_cache, tmp_pa
     fake_hub.corrupt.clear()
     good = hf_hub_download("org/corrupt", path, endpoint=cache.url, cache_dir=tmp_path / "again")
     assert Path(good).read_bytes() == files[path]
+
+
+def test_clients_waiting_for_a_long_fill_do_not_time_out(
+    fake_hub, start_cache, tmp_path, monkeypatch
+):
+    """Nothing is sent before the blob is verified; meanwhile interim responses (100 Continue)
+    keep each client's read timeout from expiring, and every client skips them."""
+    content = model_files(seed=29, shard_size=6 << 20)[SHARD]
+    repo = fake_hub.add(FakeRepo("org/long", {SHARD: content}))
+    fake_hub.bytes_per_second = 1 << 20  # six seconds, three times the clients' read timeout
+    cache = start_cache()
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 2)
+    host, port = cache.url.removeprefix("http://").split(":")
+
+    def plain() -> bytes:
+        connection = http.client.HTTPConnection(host, int(port), timeout=2)
+        connection.request("GET", f"/org/long/resolve/{repo.commit}/{SHARD}")
+        return connection.getresponse().read()
+
+    with ThreadPoolExecutor(2) as pool:
+        raw = pool.submit(plain)
+        got = hf_hub_download("org/long", SHARD, endpoint=cache.url, cache_dir=tmp_path / "c")
+        assert raw.result() == content
+    assert Path(got).read_bytes() == content
+    metrics = cache.metrics()
+    assert (metrics["misses_total"], metrics["coalesced_total"], metrics["hits_total"]) == (
+        1,
+        1,
+        0,
+    ), "a client gave up and asked again"
 
 
 def test_least_recently_used_blobs_go_first_under_the_size_limit(fake_hub, start_cache):

@@ -12,7 +12,7 @@ import pytest
 from multinode_llm.cache import paths
 from multinode_llm.cache.peers import rendezvous
 from multinode_llm.cache.ranges import ByteRange, UnsatisfiableRangeError, parse_range
-from multinode_llm.cache.sanitize import next_link, rewrite_links, strip_xet_json
+from multinode_llm.cache.sanitize import clean_json, next_link, rewrite_links
 from multinode_llm.cache.store import BlobKey, parse_size
 
 COMMIT = "a" * 40
@@ -158,8 +158,13 @@ def test_xet_signals_are_removed_and_links_moved_onto_the_cache():
     )
     assert rewrite_links('<https://hub/x>; rel="xet-auth"', "http://c") is None
     assert next_link(link) == "/api/models/o/m/tree/abc?cursor=2&recursive=true"
-    tree = [{"path": "a", "xetHash": "h", "lfs": {"oid": "o", "xetHash": "h"}}]
-    assert strip_xet_json(tree) == [{"path": "a", "lfs": {"oid": "o"}}]
+    tree = b'[{"path": "a", "xetHash": "h", "lfs": {"oid": "o", "xetHash": "h"}}]'
+    assert clean_json(tree) == (
+        [{"path": "a", "lfs": {"oid": "o"}}],
+        b'[{"path": "a", "lfs": {"oid": "o"}}]',
+    )
+    assert clean_json(b"[" * 100_000 + b"]" * 100_000) is None, "too deep to be sane"
+    assert clean_json(b"not json") is None
 
 
 def test_rendezvous_moves_only_the_blobs_a_dead_peer_owned():
@@ -185,6 +190,9 @@ def test_rendezvous_moves_only_the_blobs_a_dead_peer_owned():
         (["--peer", "nohostport"], "is not HOST:PORT"),
         (["--max-store-size", "lots"], "500Gi"),
         (["--auth-ttl", "-1"], "is negative"),
+        (["--upstream-timeout", "0"], "is not positive"),
+        (["--client-timeout", "-5"], "is not positive"),
+        (["--max-connections", "0"], "is below 1"),
         (["--store", "/proc/version/store"], "cannot be created"),
     ],
 )

@@ -1,30 +1,31 @@
-"""Who may read what: public repos for all, private and gated ones per caller, decided upstream.
+"""Who may read what: the Hub decides, for each caller and each file, and nothing else does.
 
-A repo's visibility comes from upstream's own answer to an anonymous ``GET /api/{type}/{repo}``:
-files are public when the repo is neither private nor gated; its listings are public when it is not
-private. Anything else, including no answer, counts as restricted (fail closed).
+A file's bytes or facts go to a caller only while that caller holds a *grant* for exactly that
+file: the Hub answered the caller's own request for it (a HEAD with the caller's own
+``Authorization``) with success within the last ``--auth-ttl`` seconds. A listing likewise needs a
+grant for (repo, commit), earned by a successful repo info or tree call with the caller's
+credential. Nothing else grants anything: not repo info fields (a client shapes those with
+``?expand=``, and a missing ``gated`` is not "not gated"), not another caller's answer, not a peer,
+and not a credential of the cache's own (it has none: see upstream.py).
 
-For a restricted repo the caller's token is checked upstream (a HEAD of the file it asks for, with
-its token) before any cached byte or listing goes out. Positive answers are remembered for a short
-while, keyed by the sha256 of the Authorization header and the repo, never by the token itself, so
-one identity's access never lends itself to another's.
+Grants are keyed by the sha256 of the Authorization header, never the token itself. An anonymous
+caller's grant makes that one file (or listing) *known public*; an anonymous refusal unmakes it.
+That knowledge is used only when the Hub cannot be asked: known-public files are served to anyone,
+everything else is refused (fail closed).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from multinode_llm.cache.lru import Lru
 from multinode_llm.cache.paths import Repo
-from multinode_llm.cache.upstream import Upstream, UpstreamUnreachableError
-
-log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+LISTING = ""  # the "path" of a repo's listing grants: no file has an empty path
+MAX_GRANTS = 200_000  # bounds the memory a stream of distinct tokens can take
 
 
 def fingerprint(authorization: str | None) -> str:
@@ -34,78 +35,35 @@ def fingerprint(authorization: str | None) -> str:
     return hashlib.sha256(authorization.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class Visibility:
-    files_public: bool
-    listing_public: bool
-
-    @classmethod
-    def from_repo_info(cls, info: object) -> Visibility:
-        if not isinstance(info, dict):
-            return RESTRICTED
-        private = info.get("private") is not False
-        gated = info.get("gated", False) not in (False, None)
-        return cls(files_public=not private and not gated, listing_public=not private)
+Subject = tuple[Repo, str, str]  # repo, commit, file path (or LISTING)
 
 
-RESTRICTED = Visibility(files_public=False, listing_public=False)
-
-
-class Decisions:
-    """Short-lived "this caller may read this repo" answers; only grants are remembered."""
+class Grants:
+    """The Hub's recent "yes" to each caller for each file, and which files are known public."""
 
     def __init__(self, ttl: float, clock: Clock = time.monotonic) -> None:
         self.ttl = ttl
         self.clock = clock
-        self._until: dict[tuple[str, Repo], float] = {}
+        self._until: Lru[tuple[str, Subject], float] = Lru(MAX_GRANTS)
+        self._public: Lru[Subject, bool] = Lru(MAX_GRANTS)
 
-    def allowed(self, caller: str, repo: Repo) -> bool:
-        until = self._until.get((caller, repo))
-        if until is None:
-            return False
-        if until <= self.clock():
-            del self._until[(caller, repo)]
-            return False
-        return True
+    def allowed(self, caller: str, repo: Repo, commit: str, path: str) -> bool:
+        """Whether the Hub let ``caller`` read it less than ``ttl`` seconds ago."""
+        until = self._until.get((caller, (repo, commit, path)))
+        return until is not None and until > self.clock()
 
-    def grant(self, caller: str, repo: Repo) -> None:
-        if len(self._until) > 100_000:  # bound the memory a stream of distinct tokens can take
-            now = self.clock()
-            self._until = {key: until for key, until in self._until.items() if until > now}
-        self._until[(caller, repo)] = self.clock() + self.ttl
+    def grant(self, caller: str, repo: Repo, commit: str, path: str) -> None:
+        """The Hub just let ``caller`` read it."""
+        self._until.put((caller, (repo, commit, path)), self.clock() + self.ttl)
+        if caller == "":
+            self._public.put((repo, commit, path), True)
 
+    def refuse(self, caller: str, repo: Repo, commit: str, path: str) -> None:
+        """The Hub just refused ``caller``."""
+        self._until.pop((caller, (repo, commit, path)))
+        if caller == "":
+            self._public.pop((repo, commit, path))
 
-class Visibilities:
-    """Each repo's visibility, asked of upstream anonymously and remembered for ``ttl`` seconds.
-
-    When upstream cannot be reached the last answer stands (so public content stays servable while
-    the Hub is down); with no last answer the repo is restricted.
-    """
-
-    def __init__(self, upstream: Upstream, ttl: float, clock: Clock = time.monotonic) -> None:
-        self.upstream = upstream
-        self.ttl = ttl
-        self.clock = clock
-        self._known: dict[Repo, tuple[Visibility, float]] = {}
-
-    async def of(self, repo: Repo) -> Visibility:
-        known = self._known.get(repo)
-        if known and known[1] > self.clock():
-            return known[0]
-        try:
-            reply = await self.upstream.call("GET", f"/api/{repo.type}/{repo.id}", None)
-        except UpstreamUnreachableError as error:
-            log.warning("visibility of %s unknown (%s); using the last answer", repo, error)
-            return known[0] if known else RESTRICTED
-        visibility = RESTRICTED
-        if reply.status == 200:
-            try:
-                visibility = Visibility.from_repo_info(json.loads(reply.body))
-            except ValueError:
-                visibility = RESTRICTED
-        self.learn(repo, visibility)
-        return visibility
-
-    def learn(self, repo: Repo, visibility: Visibility) -> None:
-        """Record what an upstream answer (such as a revision call) said about ``repo``."""
-        self._known[repo] = (visibility, self.clock() + self.ttl)
+    def public(self, repo: Repo, commit: str, path: str) -> bool:
+        """Whether an anonymous caller was last let read it (what stands while the Hub is down)."""
+        return self._public.get((repo, commit, path)) is not None

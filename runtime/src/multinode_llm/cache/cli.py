@@ -70,7 +70,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--auth-ttl",
         type=float,
         default=60.0,
-        help="seconds an upstream access decision is reused; default 60",
+        help="seconds the Hub's yes to a caller for a file is reused; default 60",
+    )
+    serve.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds an upstream or peer read may make no progress (1 MiB) before it is "
+        "abandoned; default 30",
+    )
+    serve.add_argument(
+        "--client-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds a client has to send a request's head, and its body; default 60",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="client connections held at once (idle ones give way to new ones); default 1000",
     )
 
 
@@ -111,6 +133,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise UserError(
                 f"--{name.replace('_', '-')} {getattr(args, name)} is negative: pass seconds >= 0"
             )
+    for name in ("upstream_timeout", "client_timeout"):
+        if not getattr(args, name) > 0:
+            raise UserError(
+                f"--{name.replace('_', '-')} {getattr(args, name)} is not positive: pass seconds "
+                "> 0 (a timeout of none would let a stalled peer hold a request forever)"
+            )
+    if args.max_connections < 1:
+        raise UserError(
+            f"--max-connections {args.max_connections} is below 1: pass how many client "
+            "connections to hold at once, such as 1000"
+        )
     try:
         args.store.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -134,4 +167,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         max_store_bytes=max_bytes,
         ref_ttl=args.ref_ttl,
         auth_ttl=args.auth_ttl,
+        upstream_timeout=args.upstream_timeout,
+        client_timeout=args.client_timeout,
+        max_connections=args.max_connections,
     )

@@ -1,13 +1,22 @@
-"""Fills: a blob on its way in, hashed as it lands, readable as it grows, published only if right.
+"""Fills: a blob on its way in, hashed as it lands, readable only once its hash matched its key.
 
 One fill per blob key however many requests want it (concurrent misses coalesce). A fill is a task
 of its own, not part of any request, so a client that hangs up does not cancel it: the next client
-finds the blob stored. Bytes land in a partial file that readers follow as it grows; the hash is
-computed along the way and the blob is renamed into the store only if it matches its key.
+finds the blob stored. Bytes land in a partial file; readers wait for the fill's outcome and send
+only verified bytes (responses.py), so no client ever holds a byte of a blob that then fails its
+hash, and none can assemble a wrong file from a cut body and a resumed range.
 
 Sources are tried in order (the blob's owner peer, maybe its heirs, then upstream). When one fails
 mid-transfer the next continues from the byte where it stopped, with a Range request, so a peer
-dying costs a retry, not a download.
+dying costs a retry, not a download. A peer is trusted no more than upstream: one that answers
+wrongly (a status other than 200/206, a length that is not the blob's, more bytes than the blob) is
+dropped and left out for a while (peers.py), and bytes that fail the hash start the fill over from
+upstream, every peer that fed them left out (a hash says the blob is wrong, not which source lied).
+Upstream gets ``UPSTREAM_ATTEMPTS`` tries, so one flipped byte costs a retry, not a download.
+
+Every attempt ends: each ``CHUNK`` must arrive within ``--upstream-timeout`` seconds, the whole
+attempt (waiting for the answer included: a peer may be filling the blob itself first) within that
+timeout per ``CHUNK`` of the blob, and a source may not send more than the blob's size.
 """
 
 from __future__ import annotations
@@ -15,22 +24,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import aiohttp
 
 from multinode_llm.cache.metrics import Metrics
 from multinode_llm.cache.store import BlobKey, Hash, Store, StoreFullError
-from multinode_llm.cache.upstream import BadBlobResponseError, UpstreamUnreachableError
+from multinode_llm.cache.upstream import UpstreamError, chunks
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1 << 20  # bytes hashed and written per step; readers see progress at this grain
+CHUNK = 1 << 20  # bytes hashed and written per step; also the unit of the minimum rate
 UPSTREAM_ATTEMPTS = 3
+_ERROR_HEADERS = ("X-Error-Code", "X-Error-Message")
 
 
 class FillFailedError(Exception):
@@ -42,12 +52,30 @@ class FillFailedError(Exception):
         self.headers = dict(headers or {})
 
 
+class SourceError(Exception):
+    """One source failed one attempt. ``lied``: it answered, wrongly (rather than went away);
+    ``final``: upstream refused the file (a 4xx the client should see), so no retry helps."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lied: bool = False,
+        final: bool = False,
+        status: int = 502,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.lied, self.final, self.status = lied, final, status
+        self.headers = dict(headers or {})
+
+
 Opener = Callable[[int], AbstractAsyncContextManager[aiohttp.ClientResponse]]
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where a fill can get bytes: ``open(offset)`` yields a 200/206 response from that offset."""
+    """Where a fill can get bytes: ``open(offset)`` yields the answer to a GET from ``offset``."""
 
     name: str
     open: Opener
@@ -60,15 +88,15 @@ class Fill:
     size: int
     partial: Path
     fd: int
+    hasher: Hash
     written: int = 0
-    answered: asyncio.Event = field(default_factory=asyncio.Event)  # a source started sending
-    outcome: asyncio.Future[Path] = field(  # the verified partial file, or the failure
+    fed_by: set[str] = field(default_factory=set)  # peers whose bytes are in since the last start
+    outcome: asyncio.Future[None] = field(  # done once verified; or the failure
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
-    _progress: asyncio.Event = field(default_factory=asyncio.Event)
 
     def open_reader(self) -> BinaryIO:
-        """A file object on the partial file, valid after it is renamed or the fill ends.
+        """A file object on the partial file, which stays the blob's after its rename.
 
         Only while the fill runs: once it ends its descriptor is closed (``fd`` is -1), and the
         number may name whatever was opened since.
@@ -77,51 +105,27 @@ class Fill:
             raise RuntimeError(f"the fill of {self.key} has ended: open the stored blob instead")
         return os.fdopen(os.dup(self.fd), "rb", buffering=0)
 
-    async def wait_for(self, offset: int) -> None:
-        """Return once ``offset`` bytes are written; raise FillFailedError if it ends first."""
-        while self.written < offset:
-            if self.outcome.done():
-                self.outcome.result()  # raises the failure
-                return
-            await self._progress.wait()
-
-    async def wait_answered(self) -> None:
-        """Return once a source answered (bytes are coming); raise FillFailedError if none did."""
-        answered = asyncio.ensure_future(self.answered.wait())
-        waiters: set[asyncio.Future[Any]] = {answered, self.outcome}
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            answered.cancel()
-        if not self.answered.is_set():
-            self.outcome.result()
-
-    def advance(self, count: int) -> None:
-        self.written += count
-        self._wake()
-
-    def finish(self, result: Path | BaseException) -> None:
-        if isinstance(result, BaseException):
-            self.outcome.set_exception(result)
-            self.outcome.exception()  # mark retrieved: readers that care await it themselves
-        else:
-            self.outcome.set_result(result)
-        self._wake()
-
-    def _wake(self) -> None:
-        event, self._progress = self._progress, asyncio.Event()
-        event.set()
+    def start_over(self) -> set[str]:
+        """Forget the bytes so far (they failed the hash); the peers that fed any of them."""
+        liars, self.fed_by = self.fed_by, set()
+        self.written, self.hasher = 0, self.key.hasher(self.size)
+        return liars
 
 
 class Fills:
     """The fills in flight, one per blob key, and the work of running one."""
 
     def __init__(
-        self, store: Store, metrics: Metrics, on_peer_failure: Callable[[str], None]
+        self,
+        store: Store,
+        metrics: Metrics,
+        on_bad_peer: Callable[[str, bool], None],
+        timeout: float,
     ) -> None:
         self.store = store
         self.metrics = metrics
-        self.on_peer_failure = on_peer_failure
+        self.on_bad_peer = on_bad_peer  # (peer, lied)
+        self.timeout = timeout
         self._active: dict[BlobKey, Fill] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -139,8 +143,8 @@ class Fills:
             fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as error:
             self.store.release(size)
-            raise StoreFullError(f"cannot create {partial}: {error.strerror}") from error
-        fill = Fill(key, size, partial, fd)
+            raise self.store.full_error(error) from error
+        fill = Fill(key, size, partial, fd, key.hasher(size))
         self._active[key] = fill
         task = asyncio.create_task(self._run(fill, sources), name=f"fill {key}")
         self._tasks.add(task)
@@ -154,19 +158,10 @@ class Fills:
 
     async def _run(self, fill: Fill, sources: list[Source]) -> None:
         try:
-            hasher = fill.key.hasher(fill.size)
-            await self._ingest(fill, hasher, sources)
-            digest = hasher.hexdigest()
-            if digest != fill.key.digest:
-                raise FillFailedError(
-                    502,
-                    f"upstream bytes for {fill.key} hash to {digest}: "
-                    "refused, neither stored nor served",
-                    {"X-Error-Code": "CorruptBlob"},
-                )
-            # Verified: readers may send their last bytes now, while the disk catches up (a
-            # flush of many gigabytes can outlast a client's read timeout).
-            fill.finish(fill.partial)
+            await self._ingest(fill, sources)
+            # Verified: readers may send now, while the disk catches up (a flush of many
+            # gigabytes can outlast a client's read timeout).
+            fill.outcome.set_result(None)
             await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fill.fd)
             self.store.publish(fill.key, fill.partial, fill.size)  # durable, then visible
             log.info("stored %s (%d bytes)", fill.key, fill.size)
@@ -174,10 +169,11 @@ class Fills:
             self.metrics.fills_failed_total += 1
             self.store.release(fill.size)
             fill.partial.unlink(missing_ok=True)
-            failure = error if isinstance(error, FillFailedError) else _as_failure(error)
+            failure = _as_failure(error)
             log.warning("fill of %s failed: %s", fill.key, failure)
             if not fill.outcome.done():
-                fill.finish(failure)
+                fill.outcome.set_exception(failure)
+                fill.outcome.exception()  # retrieved: readers that care await it themselves
             if not isinstance(error, Exception):
                 raise  # cancellation and exit go on
         finally:
@@ -185,58 +181,99 @@ class Fills:
             os.close(fill.fd)
             fill.fd = -1
 
-    async def _ingest(self, fill: Fill, hasher: Hash, sources: list[Source]) -> None:
+    async def _ingest(self, fill: Fill, sources: list[Source]) -> None:
         problems: list[str] = []
         for source in sources:
-            attempts = 1 if source.peer else UPSTREAM_ATTEMPTS
-            for attempt in range(attempts):
-                if fill.written == fill.size and fill.answered.is_set():
-                    return
+            for attempt in range(1 if source.peer else UPSTREAM_ATTEMPTS):
                 try:
-                    await self._copy(fill, hasher, source)
-                except BadBlobResponseError as error:
-                    if source.peer is None:
-                        raise FillFailedError(error.status, str(error), error.headers) from error
-                    problems.append(f"peer {source.name}: {error}")
-                    break  # a peer that refuses will refuse again: next source
-                except (
-                    UpstreamUnreachableError,
-                    aiohttp.ClientError,
-                    TimeoutError,
-                    ConnectionError,
-                ) as error:
-                    problems.append(f"{source.name} at byte {fill.written}: {error!r}")
+                    await self._attempt(fill, source)
+                except SourceError as failure:
+                    problems.append(f"{source.name}: {failure}")
+                    if failure.final:
+                        raise FillFailedError(
+                            failure.status, str(failure), failure.headers
+                        ) from None
                     if source.peer:
-                        self.on_peer_failure(source.peer)
-                        self.metrics.peer_retries_total += 1
+                        self._drop(source.peer, failure.lied)
                         break
                     await asyncio.sleep(0.5 * (attempt + 1))
                     continue
-                if fill.written == fill.size:
+                digest = fill.hasher.hexdigest()
+                if digest == fill.key.digest:
                     return
-                problems.append(f"{source.name} ended at byte {fill.written} of {fill.size}")
-        raise FillFailedError(502, f"no source delivered {fill.key}: " + "; ".join(problems))
-
-    async def _copy(self, fill: Fill, hasher: Hash, source: Source) -> None:
-        loop = asyncio.get_running_loop()
-        async with source.open(fill.written) as response:
-            fill.answered.set()
-            skip = fill.written if response.status == 200 else 0  # a source that ignored Range
-            async for chunk in _chunks(response.content, CHUNK):
-                if skip:
-                    chunk, skip = chunk[skip:], max(0, skip - len(chunk))
-                    if not chunk:
-                        continue
-                if fill.written + len(chunk) > fill.size:
-                    raise FillFailedError(
-                        502, f"{source.name} sent more than the {fill.size} bytes of {fill.key}"
-                    )
-                await loop.run_in_executor(None, _absorb, fill.fd, hasher, chunk, fill.written)
+                self.metrics.corrupt_total += 1
+                problems.append(f"the bytes from {source.name} and before hash to {digest}")
+                for liar in fill.start_over():
+                    self._drop(liar, lied=True)
                 if source.peer:
-                    self.metrics.peer_bytes_total += len(chunk)
-                else:
-                    self.metrics.upstream_bytes_total += len(chunk)
-                fill.advance(len(chunk))
+                    break
+        raise FillFailedError(
+            502,
+            f"no source delivered {fill.key} intact: " + "; ".join(problems),
+            {"X-Error-Code": "CorruptBlob" if "hash to" in problems[-1] else "FillFailed"},
+        )
+
+    def _drop(self, peer: str, lied: bool) -> None:
+        self.metrics.peer_retries_total += 1
+        self.on_bad_peer(peer, lied)
+
+    async def _attempt(self, fill: Fill, source: Source) -> None:
+        """Bytes from ``source`` from ``fill.written`` to the end, or a SourceError."""
+        offset = fill.written
+        try:
+            async with asyncio.timeout(self.timeout * (1 + fill.size / CHUNK)):
+                async with source.open(offset) as response:
+                    skip = _check_answer(response, fill, offset, source.peer is None)
+                    async for chunk in chunks(response.content, CHUNK, self.timeout):
+                        if skip:  # a source that ignored Range: its first bytes are known
+                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
+                            if not chunk:
+                                continue
+                        if fill.written + len(chunk) > fill.size:
+                            raise SourceError(f"sent more than the {fill.size} bytes", lied=True)
+                        await self._absorb(fill, chunk, source)
+        except (aiohttp.ClientError, TimeoutError, ConnectionError, UpstreamError) as error:
+            raise SourceError(f"failed at byte {fill.written}: {error!r}") from error
+        if fill.written < fill.size:
+            raise SourceError(f"ended at byte {fill.written} of {fill.size}")
+
+    async def _absorb(self, fill: Fill, chunk: bytes, source: Source) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, _absorb, fill.fd, fill.hasher, chunk, fill.written)
+        except OSError as error:  # the store's disk, not the source: the fill cannot go on
+            raise self.store.full_error(error) from error
+        fill.written += len(chunk)
+        if source.peer:
+            fill.fed_by.add(source.peer)
+            self.metrics.peer_bytes_total += len(chunk)
+        else:
+            self.metrics.upstream_bytes_total += len(chunk)
+
+
+def _check_answer(response: aiohttp.ClientResponse, fill: Fill, offset: int, upstream: bool) -> int:
+    """How many leading bytes to skip; SourceError unless this is the blob from ``offset``."""
+    if response.status not in (200, 206):
+        headers = {
+            name: response.headers[name] for name in _ERROR_HEADERS if name in response.headers
+        }
+        raise SourceError(
+            f"answered {response.status}",
+            lied=not upstream and 300 <= response.status < 400,  # peers answer with the bytes
+            final=upstream and 400 <= response.status < 500,
+            status=response.status,
+            headers=headers,
+        )
+    skip, expected = (offset, fill.size) if response.status == 200 else (0, fill.size - offset)
+    wanted_range = f"bytes {offset}-{fill.size - 1}/{fill.size}"
+    if response.status == 206 and response.headers.get("Content-Range") != wanted_range:
+        got = response.headers.get("Content-Range")
+        raise SourceError(f"answered Content-Range {got!r} for {wanted_range!r}", lied=True)
+    if response.content_length is not None and response.content_length != expected:
+        raise SourceError(
+            f"declared {response.content_length} bytes where the blob has {expected}", lied=True
+        )
+    return skip
 
 
 def _absorb(fd: int, hasher: Hash, chunk: bytes, offset: int) -> None:
@@ -248,23 +285,11 @@ def _absorb(fd: int, hasher: Hash, chunk: bytes, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
-async def _chunks(stream: aiohttp.StreamReader, size: int) -> AsyncIterator[bytes]:
-    """The stream regrouped into pieces of at least ``size`` bytes (the last may be shorter)."""
-    pieces: list[bytes] = []
-    held = 0
-    while data := await stream.readany():
-        pieces.append(data)
-        held += len(data)
-        if held >= size:
-            yield b"".join(pieces)
-            pieces, held = [], 0
-    if pieces:
-        yield b"".join(pieces)
-
-
 def _as_failure(error: BaseException) -> FillFailedError:
+    if isinstance(error, FillFailedError):
+        return error
     if isinstance(error, StoreFullError):
-        return FillFailedError(507, str(error))
+        return FillFailedError(507, str(error), {"X-Error-Code": "StoreFull"})
     if isinstance(error, OSError):
-        return FillFailedError(507, f"writing to the store failed: {error}")
+        return FillFailedError(507, f"writing to the store failed: {error.strerror}")
     return FillFailedError(502, f"fill failed: {error!r}")

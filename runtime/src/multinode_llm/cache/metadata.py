@@ -3,24 +3,28 @@
 | entry | key | lifetime |
 |---|---|---|
 | ref -> commit | (repo, revision) | ``ref_ttl`` seconds; older only while upstream is down |
-| file facts | (repo, commit, path) -> etag, size | immutable: kept on disk |
-| tree page | (repo, commit, path, query) -> JSON, next link | immutable: kept on disk |
+| file facts | (repo, commit, path) -> etag, size | immutable: kept in the store's ``meta/`` |
+| tree page | (repo, commit, path, query) -> JSON, next link | immutable: kept in ``meta/`` |
 
-Nothing is keyed by URL: ``/resolve/main`` moves and CDN URLs expire.
+Nothing is keyed by URL: ``/resolve/main`` moves and CDN URLs expire. Files in ``meta/`` count
+toward the store's limit and are evicted with the blobs (store.py); the tables in memory are
+bounded too. None of this says who may read what (auth.py does).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from multinode_llm.cache.auth import Clock
+from multinode_llm.cache.lru import Lru
 from multinode_llm.cache.paths import Repo
+from multinode_llm.cache.store import Store
+
+MEMORY_ENTRIES = 100_000  # refs and file facts kept in memory (about 30 MB at most)
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,12 @@ class TreePage:
 
 
 class Metadata:
-    def __init__(self, directory: Path, ref_ttl: float, clock: Clock = time.monotonic) -> None:
-        self.directory = directory
+    def __init__(self, store: Store, ref_ttl: float, clock: Clock = time.monotonic) -> None:
+        self.store = store
         self.ref_ttl = ref_ttl
         self.clock = clock
-        self._refs: dict[tuple[Repo, str], tuple[str, float]] = {}
-        self._files: dict[tuple[Repo, str, str], FileFacts] = {}
+        self._refs: Lru[tuple[Repo, str], tuple[str, float]] = Lru(MEMORY_ENTRIES)
+        self._files: Lru[tuple[Repo, str, str], FileFacts] = Lru(MEMORY_ENTRIES)
 
     def ref(self, repo: Repo, revision: str) -> tuple[str | None, bool]:
         """The commit ``revision`` pointed at last, and whether that answer is still fresh."""
@@ -52,44 +56,48 @@ class Metadata:
         return known[0], known[1] > self.clock()
 
     def set_ref(self, repo: Repo, revision: str, commit: str) -> None:
-        self._refs[(repo, revision)] = (commit, self.clock() + self.ref_ttl)
+        self._refs.put((repo, revision), (commit, self.clock() + self.ref_ttl))
 
     def file(self, repo: Repo, commit: str, path: str) -> FileFacts | None:
         key = (repo, commit, path)
         facts = self._files.get(key)
         if facts is None and (stored := self._read("file", key)) is not None:
-            facts = self._files[key] = FileFacts(**stored)
+            try:
+                facts = FileFacts(str(stored["commit"]), str(stored["etag"]), int(stored["size"]))
+            except (KeyError, TypeError, ValueError):
+                return None
+            self._files.put(key, facts)
         return facts
 
     def set_file(self, repo: Repo, path: str, facts: FileFacts) -> None:
         key = (repo, facts.commit, path)
-        self._files[key] = facts
+        self._files.put(key, facts)
         self._write("file", key, asdict(facts))
 
     def tree(self, repo: Repo, commit: str, path: str, query: str) -> TreePage | None:
         stored = self._read("tree", (repo, commit, path, query))
         if stored is None:
             return None
-        return TreePage(stored["body"].encode(), stored["next_link"])
+        return TreePage(str(stored["body"]).encode(), stored.get("next_link"))
 
     def set_tree(self, repo: Repo, commit: str, path: str, query: str, page: TreePage) -> None:
         record = {"body": page.body.decode(), "next_link": page.next_link}
         self._write("tree", (repo, commit, path, query), record)
 
-    def _file_for(self, kind: str, key: tuple[Any, ...]) -> Path:
-        name = hashlib.sha256(repr((kind, *map(str, key))).encode()).hexdigest()
-        return self.directory / name[:2] / f"{kind}-{name}.json"
+    @staticmethod
+    def _name(kind: str, key: tuple[Any, ...]) -> str:
+        digest = hashlib.sha256(repr((kind, *map(str, key))).encode()).hexdigest()
+        return f"{digest[:2]}/{kind}-{digest}.json"
 
     def _read(self, kind: str, key: tuple[Any, ...]) -> dict[str, Any] | None:
-        try:
-            record: dict[str, Any] = json.loads(self._file_for(kind, key).read_text())
-        except (OSError, ValueError):
+        data = self.store.read_meta(self._name(kind, key))
+        if data is None:
             return None
-        return record
+        try:
+            record = json.loads(data)
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
 
     def _write(self, kind: str, key: tuple[Any, ...], record: dict[str, Any]) -> None:
-        path = self._file_for(kind, key)
-        path.parent.mkdir(exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(record))
-        os.replace(temporary, path)  # readers see the old file or the new one, never half of one
+        self.store.write_meta(self._name(kind, key), json.dumps(record).encode())

@@ -22,7 +22,9 @@ _HELP = {
     "served_bytes_total": "blob bytes sent to clients and peers",
     "range_requests_total": "blob GETs that asked for a byte range",
     "fills_failed_total": "fills that ended without a verified blob",
-    "peer_retries_total": "fills that moved to another source after a peer failed",
+    "peer_retries_total": "fills that moved to another source after a peer failed or lied",
+    "corrupt_total": "fill attempts whose bytes did not match the blob's hash",
+    "connections_shed_total": "connections closed to stay within --max-connections",
 }
 
 
@@ -37,6 +39,8 @@ class Metrics:
     range_requests_total: int = 0
     fills_failed_total: int = 0
     peer_retries_total: int = 0
+    corrupt_total: int = 0
+    connections_shed_total: int = 0
     upstream_requests: Counter[str] = field(default_factory=Counter)  # by kind: meta | blob
     gauges: dict[str, tuple[str, Callable[[], float]]] = field(default_factory=dict)
 

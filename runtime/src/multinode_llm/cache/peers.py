@@ -8,7 +8,9 @@ from the next one in the ranking.
 
 Peers exchange only immutable, content-addressed blobs; refs and authorization are never asked of
 a peer (see routes.py), so a peer can make a transfer slow or fail, never wrong: every node verifies
-every blob's hash itself.
+every blob's hash itself. A peer that failed a transfer is left out until a probe finds it well
+again after the probe interval; one that answered wrongly (a wrong byte, a wrong length, a
+redirect) is left out for ``LIAR_QUARANTINE`` seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import aiohttp
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
+LIAR_QUARANTINE = 60.0
 
 
 def rendezvous(key: str, peers: Iterable[str]) -> list[str]:
@@ -64,11 +67,12 @@ class Peers:
         """Live peers and this node, in ``key``'s rendezvous order."""
         return rendezvous(key, self.live | {self.me})
 
-    def mark_dead(self, peer: str) -> None:
-        """Stop asking ``peer`` (a transfer from it failed) until a probe finds it well again."""
-        self._dead_until[peer] = time.monotonic() + self.interval
+    def mark_bad(self, peer: str, lied: bool = False) -> None:
+        """Stop asking ``peer`` (a transfer from it failed, or it ``lied``) for a while."""
+        self._dead_until[peer] = time.monotonic() + (LIAR_QUARANTINE if lied else self.interval)
         self.live = self.live - {peer}
-        log.warning("peer %s failed; blobs it owned move to their next peer", peer)
+        what = "answered wrongly" if lied else "failed"
+        log.warning("peer %s %s; blobs it owned move to their next peer", peer, what)
 
     def start(self) -> None:
         if self.dns_name or self.listed:

@@ -2,7 +2,9 @@
 
 hf_transfer asks for one byte past the end of a file, so an end beyond the size is clamped rather
 than refused; a start at or past the size is unsatisfiable. Anything that is not a single byte range
-(several ranges, another unit, garbage) is ignored and the whole file is sent, as RFC 9110 allows.
+(several ranges, another unit, digits other than ASCII ones, garbage) is ignored and the whole file
+is sent, as RFC 9110 allows. A number too long to be any file's offset stands for "past any end"
+(Python would refuse to convert one of over 4,300 digits, and nothing needs its value).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+_PAST_ANY_END = 10**18  # more bytes than any file has
 
 
 class UnsatisfiableRangeError(ValueError):
@@ -41,14 +44,18 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     if not first:
         if not last:
             return None
-        suffix = int(last)  # "bytes=-N": the last N bytes
+        suffix = _number(last)  # "bytes=-N": the last N bytes
         if suffix == 0 or size == 0:
             raise UnsatisfiableRangeError(header)
         return ByteRange(max(0, size - suffix), size - 1)
-    start = int(first)
-    if last and int(last) < start:
+    start = _number(first)
+    if last and _number(last) < start:
         return None  # syntactically invalid: ignore it
     if start >= size:
         raise UnsatisfiableRangeError(header)
-    end = int(last) if last else size - 1
+    end = _number(last) if last else size - 1
     return ByteRange(start, min(end, size - 1))
+
+
+def _number(digits: str) -> int:
+    return int(digits) if len(digits) < 18 else _PAST_ANY_END

@@ -1,10 +1,13 @@
 """Blob bodies on the wire: the kernel's sendfile from the store, Python only to start and finish.
 
-A stored blob is sent with sendfile(2): the bytes go from the page cache to the socket without
-entering Python, from worker threads so that many transfers use every core. A blob still being
-filled is sent the same way, a stretch at a time as the fill grows, except for its last byte, which
-waits for the blob's hash to check out: if it does not, the connection is cut, so no client ever
-completes a download of unverified bytes.
+Only verified bytes are ever sent. A stored blob is sent with sendfile(2): the bytes go from the
+page cache to the socket without entering Python, from worker threads so that many transfers use
+every core. A request for a blob still being filled waits for the fill to be verified before its
+status line, so a failed fill is answered with a plain error (502, 507) and never with a cut body a
+client could resume into a wrong file. While it waits, an HTTP/1.1 client gets a ``100 Continue``
+every ``INTERIM`` seconds: interim responses every client skips (RFC 9110 15.2; Python's
+http.client, httpx, aiohttp, hyper and curl do), which keep its read timeout from expiring during a
+long fill.
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
-from multinode_llm.cache.fills import Fill, FillFailedError
+from multinode_llm.cache.fills import Fill
 from multinode_llm.cache.metrics import Metrics
 from multinode_llm.cache.ranges import ByteRange
 
 log = logging.getLogger(__name__)
 
-FOLLOW_STEP = 4 << 20  # a reader of a fill waits for this much more before the next sendfile
 STALL_TIMEOUT = 120.0  # seconds a client may read nothing before its transfer is dropped
+INTERIM = 1.0  # seconds between interim responses to a client waiting for a fill
+LOOP_PIECE = 8 << 20  # bytes per event-loop sendfile, each given STALL_TIMEOUT
 _POLL_MS = 1000
+_INTERIM_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class _Senders:
@@ -45,7 +50,7 @@ class _Senders:
 
 
 _SENDERS = _Senders(32)
-_DISCONNECTS = (ConnectionError, TimeoutError, asyncio.CancelledError)
+_DISCONNECTS = (ConnectionError, TimeoutError)
 
 
 async def start_body(
@@ -77,39 +82,21 @@ async def send_stored(
     try:
         await _send(request, response, file, start, length, metrics)
         await response.write_eof()
-    except _DISCONNECTS:
-        log.debug("client left during a transfer of %d bytes", length)
-
-
-async def send_following(
-    request: web.Request,
-    response: web.StreamResponse,
-    fill: Fill,
-    file: BinaryIO,
-    start: int,
-    length: int,
-    metrics: Metrics,
-) -> None:
-    """Send ``length`` bytes from ``start`` of a blob still filling (``file``, from
-    ``fill.open_reader()``); the last byte once verified."""
-    last = start + length - 1  # held back until the hash checks out
-    try:
-        position = start
-        while position < last:
-            await fill.wait_for(min(position + FOLLOW_STEP, last))
-            ready = min(fill.written, last) - position
-            await _send(request, response, file, position, ready, metrics)
-            position += ready
-        await asyncio.shield(fill.outcome)
-        if length:
-            await _send(request, response, file, last, 1, metrics)
-        await response.write_eof()
-    except FillFailedError as failure:
-        log.warning("cutting a transfer of %s: %s", fill.key, failure)
+    except _DISCONNECTS as error:
+        log.debug("client left during a transfer of %d bytes: %r", length, error)
         if request.transport is not None:
-            request.transport.abort()  # the client sees a short body, never a bad complete one
-    except _DISCONNECTS:
-        log.debug("client left during a transfer of %s", fill.key)
+            request.transport.abort()  # a body cut short must not look like a slow one
+
+
+async def wait_verified(request: web.Request, fill: Fill) -> None:
+    """Return once ``fill`` is verified, with interim responses meanwhile (or FillFailedError)."""
+    while True:
+        try:
+            await asyncio.wait_for(asyncio.shield(fill.outcome), INTERIM)
+            return
+        except TimeoutError:
+            if request.version >= HttpVersion11:  # HTTP/1.0 knows no interim responses
+                await request.writer.write(_INTERIM_RESPONSE)
 
 
 async def _send(
@@ -129,10 +116,7 @@ async def _send(
     if sock is not None and not transport.get_write_buffer_size() and _SENDERS.available:
         sent = await _send_in_thread(transport, sock.fileno(), file, offset, count)
     else:
-        try:
-            sent = await asyncio.get_running_loop().sendfile(transport, file, offset, count)
-        except NotImplementedError:  # a transport without sendfile: copy through Python
-            sent = await _copy(response, file, offset, count)
+        sent = await _send_in_loop(response, transport, file, offset, count)
     metrics.served_bytes_total += sent
     if sent != count:
         raise ConnectionResetError(f"sent {sent} of {count} bytes")
@@ -192,6 +176,28 @@ def _sendfile_blocking(
     finally:
         os.close(sock_fd)
         os.close(file_fd)
+
+
+async def _send_in_loop(
+    response: web.StreamResponse,
+    transport: asyncio.Transport,
+    file: BinaryIO,
+    offset: int,
+    count: int,
+) -> int:
+    """The event loop's sendfile, a piece at a time, each piece bounded by STALL_TIMEOUT."""
+    loop, sent = asyncio.get_running_loop(), 0
+    while sent < count:
+        piece = min(LOOP_PIECE, count - sent)
+        async with asyncio.timeout(STALL_TIMEOUT):
+            try:
+                done = await loop.sendfile(transport, file, offset + sent, piece)
+            except NotImplementedError:  # a transport without sendfile: copy through Python
+                done = await _copy(response, file, offset + sent, piece)
+        if done == 0:
+            break
+        sent += done
+    return sent
 
 
 async def _copy(response: web.StreamResponse, file: BinaryIO, offset: int, count: int) -> int:

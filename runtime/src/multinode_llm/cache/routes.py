@@ -1,48 +1,67 @@
 """The Hub protocol subset clients use, answered from the cache where the Hub's rules allow.
 
 - ``HEAD|GET /{prefix}{repo}/resolve/{rev}/{path}``: the file's facts (commit, ETag, size) and its
-  bytes, 200 or 206/416. Facts are asked upstream once per (repo, commit, path); a ref is asked
-  again after ``ref_ttl``. Bytes come from the store, a fill in flight, a peer or upstream (see
-  fills.py).
+  bytes, 200 or 206/416. Whether the caller may have them is asked upstream, with the caller's own
+  credential (a HEAD of that file, which also gives its facts), unless the Hub said yes to that
+  caller for that file within ``--auth-ttl`` (auth.py); a ref is asked again after ``ref_ttl``.
+  Bytes come from the store or a fill (a peer or upstream, fills.py), and only once verified.
 - ``GET /api/{type}/{repo}[/revision/{rev}]``: always upstream (it resolves a ref), Xet stripped.
-- ``GET /api/{type}/{repo}/tree/{rev}[/{path}]``: cached per commit, pagination links rewritten.
+- ``GET /api/{type}/{repo}/tree/{rev}[/{path}]``: cached per commit for callers the Hub let list
+  it, pagination links rewritten; only the query parameters the Hub reads are kept and sent, so
+  junk parameters cannot multiply entries.
 - ``/api/{type}/{repo}/xet-read-token/...``: 404, so no client goes around the cache.
 - ``POST /api/{type}/{repo}/paths-info/{rev}`` and any other GET under a valid path: passed through
-  upstream with the caller's token. Writes (PUT, DELETE, other POSTs) get 405: the cache only reads.
+  upstream with the caller's token, streamed. Writes (PUT, DELETE, other POSTs) get 405.
 
-Peers speak the same protocol to each other. A request from a peer (header ``PEER_HEADER``) is
-authorized like any other but never forwarded to a third peer, so owners go upstream and no request
-can loop between nodes that disagree about who owns a blob.
+Bad input gets a 4xx naming what was wrong; an upstream that cannot be reached or answers nonsense
+gets a 502, a full store a 507. Peers speak the same protocol to each other. A request from a peer
+(header ``PEER_HEADER``, which anyone can send) is authorized like any other, with the caller's
+token the asking peer forwarded (see DEVELOPERS.md, "Tokens between peers"), and never forwarded
+to a third peer, so owners go upstream and no request can loop between nodes that disagree about
+who owns a blob.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
+import re
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
 
 from multinode_llm.cache import paths
-from multinode_llm.cache.auth import Decisions, Visibilities, Visibility, fingerprint
-from multinode_llm.cache.fills import Fill, FillFailedError, Fills, Source
+from multinode_llm.cache.auth import LISTING, Grants, fingerprint
+from multinode_llm.cache.fills import CHUNK, Fill, FillFailedError, Fills, Opener, Source
 from multinode_llm.cache.metadata import FileFacts, Metadata, TreePage
 from multinode_llm.cache.metrics import Metrics
 from multinode_llm.cache.paths import ApiTarget, FileTarget, is_commit
 from multinode_llm.cache.peers import Peers
 from multinode_llm.cache.ranges import UnsatisfiableRangeError, parse_range
-from multinode_llm.cache.responses import send_following, send_stored, start_body
-from multinode_llm.cache.sanitize import next_link, passed_headers, strip_xet_json
+from multinode_llm.cache.responses import send_stored, start_body, wait_verified
+from multinode_llm.cache.sanitize import clean_json, next_link, passed_headers
 from multinode_llm.cache.store import BlobKey, Store, StoreFullError
-from multinode_llm.cache.upstream import Reply, Upstream, UpstreamUnreachableError, fetch_following
+from multinode_llm.cache.upstream import (
+    MAX_METADATA,
+    Reply,
+    Upstream,
+    UpstreamError,
+    UpstreamUnreachableError,
+    chunks,
+    following,
+    read_limited,
+    request_headers,
+)
 
 log = logging.getLogger(__name__)
 
 PEER_HEADER = "X-Multinode-Llm-Peer"
+TREE_PARAMETERS = frozenset({"recursive", "expand", "cursor", "limit"})  # what the Hub reads
+_SIZE = re.compile(r"^[0-9]{1,18}$")
+_CREDENTIALS = re.compile(r"^[\x20-\x7e]*$")  # printable ASCII, as RFC 9110 credentials are
 
 
 @dataclass
@@ -50,12 +69,13 @@ class Hub:
     store: Store
     metadata: Metadata
     upstream: Upstream
-    visibilities: Visibilities
-    decisions: Decisions
+    grants: Grants
     peers: Peers
     fills: Fills
     metrics: Metrics
     peer_session: aiohttp.ClientSession
+    upstream_timeout: float
+    client_timeout: float
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         raw_path = request.raw_path.partition("?")[0]
@@ -63,6 +83,9 @@ class Hub:
             target = paths.parse(raw_path)
         except paths.BadPathError as bad:
             return error(400, "BadRequest", str(bad))
+        if not _CREDENTIALS.match(request.headers.get("Authorization", "")):
+            message = "the Authorization header is not printable ASCII: send 'Bearer <token>'"
+            return error(400, "BadRequest", message)
         try:
             if isinstance(target, FileTarget):
                 if request.method not in ("GET", "HEAD"):
@@ -75,8 +98,8 @@ class Hub:
             if request.method not in ("GET", "HEAD"):
                 return read_only(request)
             return await self.passthrough(request, target.raw_path)
-        except UpstreamUnreachableError as unreachable:
-            return error(502, "UpstreamUnreachable", str(unreachable))
+        except UpstreamError as failure:
+            return error(502, failure.code, str(failure))
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -98,42 +121,50 @@ class Hub:
     async def _facts(
         self, target: FileTarget, authorization: str | None
     ) -> FileFacts | web.Response:
-        """The file's commit, ETag and size, once the caller may read it; or the error to answer."""
+        """The file's commit, ETag and size, once the Hub let the caller read it; or the error."""
         repo, caller = target.repo, fingerprint(authorization)
         commit, fresh = (
             (target.revision, True)
             if is_commit(target.revision)
             else self.metadata.ref(repo, target.revision)
         )
-        facts = self.metadata.file(repo, commit, target.path) if commit else None
-        if facts and fresh and await self._may_read(caller, target):
-            return facts
-        # One upstream HEAD answers three questions: the ref, the caller's right, the file's facts.
+        known = self.metadata.file(repo, commit, target.path) if commit else None
+        if known and fresh and self.grants.allowed(caller, repo, known.commit, target.path):
+            return known
+        # One upstream HEAD, with the caller's credential, answers three questions: the ref, the
+        # caller's right to the file and the file's facts.
         try:
             reply = await self.upstream.head(target.url_path(), authorization)
-        except UpstreamUnreachableError as unreachable:
-            if facts and await self._may_read(caller, target):
-                return facts  # the Hub is down: the last known ref stands
-            return error(502, "UpstreamUnreachable", str(unreachable))
-        if reply.status >= 500 and facts and await self._may_read(caller, target):
-            return facts  # the Hub is failing: likewise
+        except UpstreamError as failure:
+            return self._without_upstream(target, known, failure)
+        if reply.status >= 500:
+            answered = UpstreamError(f"HEAD {target.url_path()} upstream answered {reply.status}")
+            return self._without_upstream(target, known, answered)
         if not reply.ok:
+            if commit:
+                self.grants.refuse(caller, repo, commit, target.path)
             return relay_error(reply)
         learned = facts_from_head(reply)
         if isinstance(learned, str):
             return error(502, "BadUpstreamHead", f"HEAD {target.url_path()} upstream: {learned}")
-        self.decisions.grant(caller, repo)
-        if authorization is None:  # anyone may read it: remembered for when the Hub is down
-            self.visibilities.learn(repo, Visibility(files_public=True, listing_public=True))
+        self.grants.grant(caller, repo, learned.commit, target.path)
         if not is_commit(target.revision):
             self.metadata.set_ref(repo, target.revision, learned.commit)
-        self.metadata.set_file(repo, target.path, learned)
+        if learned != known:
+            self.metadata.set_file(repo, target.path, learned)
         return learned
 
-    async def _may_read(self, caller: str, target: FileTarget) -> bool:
-        if self.decisions.allowed(caller, target.repo):
-            return True
-        return (await self.visibilities.of(target.repo)).files_public
+    def _without_upstream(
+        self, target: FileTarget, known: FileFacts | None, failure: UpstreamError
+    ) -> FileFacts | web.Response:
+        """The Hub cannot be asked: only a file it let anyone read is served (fail closed)."""
+        if known and self.grants.public(target.repo, known.commit, target.path):
+            return known  # the last known ref and facts stand
+        message = (
+            f"{failure}; while the Hub cannot be asked, the cache serves only files the Hub "
+            "let anyone read"
+        )
+        return error(502, failure.code, message)
 
     async def _blob(
         self,
@@ -181,7 +212,7 @@ class Hub:
         # ends, and its number may then name any file or socket opened since.
         with fill.open_reader() as file:
             try:
-                await fill.wait_answered()
+                await wait_verified(request, fill)
             except FillFailedError as failure:
                 return error(
                     failure.status,
@@ -190,7 +221,7 @@ class Hub:
                     {**headers, **failure.headers},
                 )
             response, start, length = await start_body(request, headers, facts.size, byte_range)
-            await send_following(request, response, fill, file, start, length, self.metrics)
+            await send_stored(request, response, file, start, length, self.metrics)
         return response
 
     def _join_or_start(
@@ -224,16 +255,27 @@ class Hub:
         for peer in [] if from_peer else self.peers.ranking(str(key)):
             if peer == self.peers.me:
                 break
-            opener = partial(
-                fetch_following,
-                self.peer_session,
-                f"http://{peer}{path}",
-                authorization,
-                extra={PEER_HEADER: self.peers.me},
-            )
-            chain.append(Source(f"peer {peer}", opener, peer))
-        chain.append(Source("upstream", partial(self.upstream.open_blob, path, authorization)))
+            chain.append(Source(f"peer {peer}", self._peer_opener(peer, path, authorization), peer))
+
+        def from_upstream(offset: int) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+            return self.upstream.open("GET", path, authorization, offset=offset, kind="blob")
+
+        chain.append(Source("upstream", from_upstream))
         return chain
+
+    def _peer_opener(self, peer: str, path: str, authorization: str | None) -> Opener:
+        """GETs of ``path`` from ``peer``: marked as a peer's, its redirects not followed."""
+
+        def open_at(offset: int) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+            extra = {PEER_HEADER: self.peers.me}
+            if offset:
+                extra["Range"] = f"bytes={offset}-"
+            headers = request_headers(authorization, extra)
+            return following(
+                self.peer_session, "GET", f"http://{peer}{path}", headers, follow=False
+            )
+
+        return open_at
 
     # -- API -----------------------------------------------------------------------------------
 
@@ -253,16 +295,21 @@ class Hub:
         return await self.passthrough(request, target.url_path())
 
     async def revision(self, request: web.Request, target: ApiTarget) -> web.StreamResponse:
-        """Repo info at a revision: always upstream (it resolves a ref); it teaches visibility."""
-        reply = await self.upstream.call(
-            "GET", target.url_path() + _query(request), request.headers.get("Authorization")
-        )
+        """Repo info at a revision: always upstream (it resolves a ref). A 200 lets the caller
+        list the repo at that commit; nothing in it says who may read files."""
+        authorization = request.headers.get("Authorization")
+        reply = await self.upstream.call("GET", target.url_path() + _query(request), authorization)
         body = reply.body
-        if reply.status == 200 and (info := parse_json(body)) is not None:
-            self.visibilities.learn(target.repo, Visibility.from_repo_info(info))
-            if target.revision and isinstance(info, dict) and is_commit(str(info.get("sha", ""))):
-                self.metadata.set_ref(target.repo, target.revision, str(info["sha"]))
-            body = json.dumps(strip_xet_json(info)).encode()
+        if reply.status == 200:
+            cleaned = clean_json(reply.body)
+            if cleaned is None:
+                return bad_json(target.url_path())
+            info, body = cleaned
+            sha = str(info.get("sha", "")) if isinstance(info, dict) else ""
+            if is_commit(sha):
+                self.grants.grant(fingerprint(authorization), target.repo, sha, LISTING)
+                if target.revision:
+                    self.metadata.set_ref(target.repo, target.revision, sha)
         return web.Response(
             status=reply.status, body=body, headers=passed_headers(reply.headers, _base(request))
         )
@@ -271,73 +318,109 @@ class Hub:
         """A tree listing page: from the cache for a commit the caller may list, else upstream."""
         assert target.revision is not None
         authorization = request.headers.get("Authorization")
-        query = urlencode(sorted(request.query.items()))
-        cacheable = is_commit(target.revision)
-        if cacheable and await self._may_list(target, authorization):
-            page = self.metadata.tree(target.repo, target.revision, target.path, query)
-            if page:
-                return tree_response(page, _base(request))
-        reply = await self.upstream.call("GET", f"{target.url_path()}?{query}", authorization)
+        repo, caller = target.repo, fingerprint(authorization)
+        query = urlencode(sorted((k, v) for k, v in request.query.items() if k in TREE_PARAMETERS))
+        commit = target.revision if is_commit(target.revision) else None
+        stored = self.metadata.tree(repo, commit, target.path, query) if commit else None
+        if stored and commit and self.grants.allowed(caller, repo, commit, LISTING):
+            return tree_response(stored, _base(request))
+        try:
+            reply = await self.upstream.call("GET", f"{target.url_path()}?{query}", authorization)
+        except UpstreamError:
+            if stored and commit and self.grants.public(repo, commit, LISTING):
+                return tree_response(stored, _base(request))  # the Hub is down; anyone may list
+            raise
         if reply.status != 200:
+            if commit and reply.status < 500:
+                self.grants.refuse(caller, repo, commit, LISTING)
             return web.Response(
                 status=reply.status,
                 body=reply.body,
                 headers=passed_headers(reply.headers, _base(request)),
             )
-        listing = parse_json(reply.body)
-        if listing is None:
-            return error(
-                502, "BadUpstreamTree", f"upstream's listing of {target.url_path()} is not JSON"
-            )
-        page = TreePage(
-            json.dumps(strip_xet_json(listing)).encode(), next_link(reply.headers.get("Link"))
-        )
-        if cacheable:
-            self.metadata.set_tree(target.repo, target.revision, target.path, query, page)
+        cleaned = clean_json(reply.body)
+        if cleaned is None:
+            return bad_json(target.url_path())
+        page = TreePage(cleaned[1], next_link(reply.headers.get("Link")))
+        if commit:
+            self.grants.grant(caller, repo, commit, LISTING)
+            self.metadata.set_tree(repo, commit, target.path, query, page)
         return tree_response(page, _base(request))
 
-    async def _may_list(self, target: ApiTarget, authorization: str | None) -> bool:
-        if self.decisions.allowed(fingerprint(authorization), target.repo):
-            return True
-        return (await self.visibilities.of(target.repo)).listing_public
-
     async def passthrough(self, request: web.Request, path: str) -> web.StreamResponse:
-        body = await request.read() if request.can_read_body else None
-        reply = await self.upstream.call(
-            request.method,
-            path + _query(request),
-            request.headers.get("Authorization"),
-            body,
-            request.headers.get("Content-Type"),
-        )
-        payload = reply.body
-        is_json = reply.headers.get("Content-Type", "").startswith("application/json")
-        if is_json and (parsed := parse_json(payload)) is not None:
-            payload = json.dumps(strip_xet_json(parsed)).encode()
+        """Upstream's answer, JSON cleaned of Xet (read whole, bounded), anything else streamed."""
+        body = await self._request_body(request)
+        if isinstance(body, web.Response):
+            return body
+        what = f"{request.method} {path}"
+        try:
+            async with self.upstream.open(
+                request.method,
+                path + _query(request),
+                request.headers.get("Authorization"),
+                body,
+                request.headers.get("Content-Type"),
+            ) as reply:
+                headers = passed_headers(reply.headers, _base(request))
+                if not reply.headers.get("Content-Type", "").startswith("application/json"):
+                    return await self._stream(request, reply, headers)
+                payload = await read_limited(reply, MAX_METADATA, what)
+        except (aiohttp.ClientError, TimeoutError) as failure:
+            raise UpstreamUnreachableError(f"{what}: {failure!r}") from failure
+        cleaned = clean_json(payload)
         return web.Response(
-            status=reply.status, body=payload, headers=passed_headers(reply.headers, _base(request))
+            status=reply.status, body=cleaned[1] if cleaned else payload, headers=headers
         )
 
+    async def _stream(
+        self, request: web.Request, reply: aiohttp.ClientResponse, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=reply.status, headers=headers)
+        if reply.content_length is not None:
+            response.content_length = reply.content_length
+        await response.prepare(request)
+        try:
+            async for chunk in chunks(reply.content, CHUNK, self.upstream_timeout):
+                await response.write(chunk)
+            await response.write_eof()
+        except ConnectionResetError:
+            raise  # the client left (server.py's guard): not upstream's doing
+        except (aiohttp.ClientError, TimeoutError) as failure:
+            log.info("upstream's body for %s broke off: %r", request.path, failure)
+            if request.transport is not None:
+                request.transport.abort()  # the client sees the body cut, as upstream cut it
+        return response
 
-def parse_json(body: bytes) -> Any:
-    """``body`` parsed, or None when it is not JSON."""
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
+    async def _request_body(self, request: web.Request) -> bytes | web.Response | None:
+        """The client's request body, bounded by aiohttp's client_max_size and the timeout."""
+        if not request.can_read_body:
+            return None
+        try:
+            async with asyncio.timeout(self.client_timeout):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge as large:
+            return error(413, "PayloadTooLarge", f"the request body is too large: {large.text}")
+        except TimeoutError:
+            response = error(
+                408,
+                "RequestTimeout",
+                f"the request body did not arrive within {self.client_timeout} s",
+            )
+            response.force_close()
+            return response
 
 
 def facts_from_head(reply: Reply) -> FileFacts | str:
     """A file's facts from an upstream HEAD (X-Linked-* win); a string says what is missing."""
     headers = reply.headers
-    commit = headers.get("X-Repo-Commit")
+    commit = headers.get("X-Repo-Commit", "")
     etag = headers.get("X-Linked-Etag") or headers.get("ETag")
     size = headers.get("X-Linked-Size")
     if size is None and reply.status == 200:
         size = headers.get("Content-Length")
-    if not commit or not etag or size is None or not size.isdigit():
-        got = f"got {commit!r}, {etag!r}, {size!r}"
-        return f"answer {reply.status} lacks X-Repo-Commit, an ETag or a size ({got})"
+    if not is_commit(commit) or not etag or size is None or not _SIZE.match(size):
+        got = f"got {commit!r}, {etag!r}, {size[:40] if size else size!r}"
+        return f"answer {reply.status} lacks a commit, an ETag or a size in bytes ({got})"
     return FileFacts(commit=commit, etag=etag.removeprefix("W/").strip('"'), size=int(size))
 
 
@@ -346,6 +429,11 @@ def tree_response(page: TreePage, base_url: str) -> web.Response:
     if page.next_link:
         response.headers["Link"] = f'<{base_url}{page.next_link}>; rel="next"'
     return response
+
+
+def bad_json(path: str) -> web.Response:
+    message = f"upstream's answer for {path} is not JSON (or nests too deep to be sane)"
+    return error(502, "BadUpstreamJson", message)
 
 
 def read_only(request: web.Request) -> web.Response:
@@ -376,7 +464,8 @@ def error(
 
 
 def _query(request: web.Request) -> str:
-    return f"?{request.query_string}" if request.query_string else ""
+    raw = request.rel_url.raw_query_string
+    return f"?{raw}" if raw else ""
 
 
 def _base(request: web.Request) -> str:

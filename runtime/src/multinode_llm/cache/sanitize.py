@@ -9,6 +9,7 @@ upstream header (cookies, Xet, CDN internals) stays behind.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -20,13 +21,19 @@ _LINK = re.compile(r"<([^>]*)>\s*((?:;\s*[^,;]+)*)")
 _REL = re.compile(r'rel\s*=\s*"?([^";]+)"?')
 
 
-def strip_xet_json(value: Any) -> Any:
-    """``value`` (parsed JSON) without any ``xetHash`` key, at any depth."""
-    if isinstance(value, dict):
-        return {key: strip_xet_json(item) for key, item in value.items() if key != "xetHash"}
-    if isinstance(value, list):
-        return [strip_xet_json(item) for item in value]
-    return value
+def clean_json(body: bytes) -> tuple[Any, bytes] | None:
+    """``body`` parsed, and re-encoded, without any ``xetHash`` key at any depth; None when it is
+    not JSON or nests too deep to be sane (json raises RecursionError past about 1,000 levels)."""
+    try:
+        value = json.loads(body, object_hook=_without_xet)
+        return value, json.dumps(value).encode()
+    except (ValueError, RecursionError):
+        return None
+
+
+def _without_xet(entry: dict[str, Any]) -> dict[str, Any]:
+    entry.pop("xetHash", None)
+    return entry
 
 
 def rewrite_links(header: str, base_url: str) -> str | None:
