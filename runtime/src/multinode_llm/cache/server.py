@@ -5,10 +5,10 @@ writable (upstream is not required: a warm cache serves while the Hub is down). 
 Prometheus text (see metrics.py).
 
 Connections: a client has ``--client-timeout`` seconds to send a request's head once it connected
-or its last answer ended (aiohttp's keep-alive timer, which also runs before the first request),
-and as long again for a body; at most ``--max-connections`` are held (``LimitedSite``). A malformed
-request is answered 400 by aiohttp and logged as one debug line, and a client that hangs up is not
-an error: neither can be used to flood the log.
+or its last answer ended (aiohttp's keep-alive timer, which runs before the first request too from
+aiohttp 3.14.4 on), and as long again for a body; at most ``--max-connections`` are held
+(``LimitedSite``). A malformed request is answered 400 by aiohttp and logged as one debug line, and
+a client that hangs up is not an error: neither can be used to flood the log.
 """
 
 from __future__ import annotations
