@@ -137,6 +137,7 @@ class FakeHub:
             False  # set a session cookie for a caller it let in (as browsers get)
         )
         self.outage = False  # every connection is reset before an answer
+        self.failing: int | None = None  # every request answered with this status (a 5xx)
         self.direct = False
         # method, raw path, Authorization, Cookie: what each request carried
         self.requests_seen: list[tuple[str, str, str | None, str | None]] = []
@@ -253,6 +254,8 @@ class FakeHub:
         if self.outage and request.transport is not None:
             request.transport.abort()
             raise ConnectionResetError("fake hub outage")
+        if self.failing is not None:
+            return _error(self.failing, "Unavailable", "the fake hub is failing on purpose")
         return await handler(request)
 
     async def _live(self, request: web.Request) -> web.Response:

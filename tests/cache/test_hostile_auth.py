@@ -125,7 +125,7 @@ def test_one_anonymous_success_does_not_make_a_repo_public(fake_hub, gated, star
     assert leaks(cache, gated, {}, {401}) == []
 
 
-@pytest.mark.parametrize("how", ["stopped", "resetting"])
+@pytest.mark.parametrize("how", ["stopped", "resetting", "failing"])
 def test_when_the_hub_cannot_be_asked_gated_files_are_refused_and_public_ones_served(
     fake_hub, gated, start_cache, tmp_path, how
 ):
@@ -139,8 +139,10 @@ def test_when_the_hub_cannot_be_asked_gated_files_are_refused_and_public_ones_se
     assert status == 200
     if how == "stopped":
         fake_hub.stop()
-    else:
+    elif how == "resetting":
         fake_hub.outage = True
+    else:
+        fake_hub.failing = 503
     # Fail closed: not even alice, whose last decision has expired, nor anyone else.
     for headers in ({}, bearer("alice"), bearer("mallory")):
         assert leaks(cache, gated, headers, {502, 503, 504}) == [], headers
