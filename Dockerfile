@@ -2,6 +2,7 @@
 # The two images of multinode-llm (DEVELOPERS.md, "Images"), from one file:
 #   serving  vLLM's OpenAI server image plus the runtime: `multinode-llm head|worker|probe`
 #   cache    the runtime alone on a slim Python, without vLLM or Ray: `multinode-llm cache serve`
+#            and `multinode-llm stage` (the chart's download Job)
 #
 #   docker build --target serving -t ghcr.io/multinode-llm/multinode-llm:0.1.0 .
 #   docker build --target cache -t ghcr.io/multinode-llm/multinode-llm-cache:0.1.0 .
@@ -43,8 +44,9 @@ ENTRYPOINT ["multinode-llm"]
 CMD ["--help"]
 
 FROM ${CACHE_BASE} AS cache
+# `hub`: huggingface_hub, for `multinode-llm stage` (the chart's download Job runs this image).
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
-    python3 -m pip install --no-cache-dir /src/runtime \
+    python3 -m pip install --no-cache-dir "/src/runtime[hub]" \
     && useradd --uid 1000 --user-group --no-create-home --home-dir /nonexistent cache
 USER 1000:1000
 ENV PYTHONUNBUFFERED=1

@@ -29,6 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("multinode_llm.group.worker", "join the head's Ray cluster (KServe worker pod)"),
     "probe": ("multinode_llm.health.probe", "ask a supervisor's status port (exec probe)"),
     "cache": ("multinode_llm.cache.cli", "the Hugging Face Hub pull-through cache"),
+    "stage": (
+        "multinode_llm.staging.stage",
+        "stage an hf:// model onto the shared volume, verified (the download Job)",
+    ),
     "local": ("multinode_llm.local.cli", "run the chart's pods on this machine"),
 }
 

@@ -85,6 +85,9 @@ class HeadConfig:
     early_engine_start: bool = True
     vllm_args: tuple[str, ...] = field(default_factory=tuple)  # passed to vLLM untouched
     isvc_name: str = ""  # INFERENCE_SERVICE_NAME: names the worker pods in messages
+    # MODEL_REVISION: the model dir is a staged hf:// model (staging/layout.py); serve the
+    # snapshot this revision was staged as, once it is complete.
+    model_revision: str = ""
 
     @property
     def model_is_dir(self) -> bool:
@@ -130,6 +133,7 @@ def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
         early_engine_start=bool(reader.flag("early_engine_start", True)),
         vllm_args=tuple(str(arg) for arg in _as_list(reader.flag("vllm_args", ()))),
         isvc_name=env.get("INFERENCE_SERVICE_NAME", "").strip(),
+        model_revision=env.get("MODEL_REVISION", "").strip(),
     )
 
 

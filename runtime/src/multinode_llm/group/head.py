@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from multinode_llm.config import HeadConfig, head_config
@@ -28,6 +29,7 @@ from multinode_llm.group.process import Child
 from multinode_llm.group.progress import backoff
 from multinode_llm.group.supervisor import TICK_S, Deadline, GroupError, Supervisor, port_open
 from multinode_llm.serving.command import engine_command, engine_env
+from multinode_llm.staging.layout import NotStagedError, read_ref, staged_model
 
 log = logging.getLogger("multinode_llm.head")
 
@@ -36,6 +38,7 @@ ACCEPTS_EXTRA_ARGS = True  # everything the head does not own goes to vLLM untou
 ENGINE_STOP_GRACE_S = 10.0  # in-flight requests finish; fits kubelet's default 30 s grace period
 FAILED_STOP_GRACE_S = 2.0  # a failed group has nothing to finish; vLLM ignores SIGTERM mid-start
 PROGRESS_EVERY_S = 10.0
+MODEL_POLL_S = 2.0  # how often the head looks for the staged model while the download runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +98,8 @@ class HeadSupervisor(Supervisor):
         node = self.config.node
         for line in node.derived:
             self.log.info("derived %s", line)
+        if self.config.model_revision:
+            self.config = replace(self.config, model=str(await self._staged_model()))
         deadline = Deadline(node.wait_timeout_s)
         self.env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
         self.state.phase = "starting Ray"
@@ -128,6 +133,30 @@ class HeadSupervisor(Supervisor):
             await self.ray.stop(ray_node.STOP_GRACE_S)
         if self.watch is not None:
             await self.watch.close()
+
+    async def _staged_model(self) -> Path:
+        """The snapshot MODEL_REVISION was staged as, once its download is complete.
+
+        The group may start before the download Job ends (Helm creates both at once): the head
+        waits, saying what it waits for; kubelet's startup budget bounds the wait. A snapshot whose
+        manifest names files that are missing or cut is refused at once, naming them.
+        """
+        root, revision = Path(self.config.model), self.config.model_revision
+        self.state.phase = "waiting for the model"
+        last_log = -PROGRESS_EVERY_S
+        while True:
+            try:
+                snapshot = staged_model(root, revision)
+            except NotStagedError as waiting:
+                if read_ref(root, revision) is not None:
+                    raise GroupError(str(waiting)) from None
+                if time.monotonic() - last_log >= PROGRESS_EVERY_S:
+                    log.info("waiting for the model download: %s", waiting)
+                    last_log = time.monotonic()
+                await self.pause(MODEL_POLL_S)
+                continue
+            log.info("serving %s (%s, revision %s)", snapshot, root, revision)
+            return snapshot
 
     async def _wait_for_port(self, port: int, what: str, deadline: Deadline) -> None:
         """Until this pod's ``port`` accepts connections (`ray start` is still starting)."""
