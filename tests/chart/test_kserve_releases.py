@@ -221,15 +221,15 @@ def test_an_unverified_release_is_a_deliberate_choice() -> None:
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
-def test_the_download_job_makes_the_target_where_the_storage_initializer_cannot(
-    version: str,
-) -> None:
+def test_the_download_job_stages_with_its_own_command_on_every_release(version: str) -> None:
+    """KServe 0.15-0.18's storage initializer cannot create a nested target (tests/storage): the
+    Job stages with `multinode-llm stage`, which makes its folders, on every release."""
     job = next(d for d in render(version) if d["kind"] == "Job")
-    init = job["spec"]["template"]["spec"].get("initContainers") or []
-    makes_parents = TABLE["releases"][version]["storageInitializer"]["makesParents"]
-    assert bool(init) is not makes_parents
-    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == f"docker.io/kserve/storage-initializer:v{version}"
+    spec = job["spec"]["template"]["spec"]
+    assert "initContainers" not in spec
+    [stage] = spec["containers"]
+    assert (stage["command"], stage["args"][0]) == (["multinode-llm"], "stage")
+    assert stage["image"].startswith("ghcr.io/multinode-llm/multinode-llm-cache:")
 
 
 def test_the_cluster_domain_names_every_service_the_pods_use() -> None:

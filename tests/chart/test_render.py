@@ -130,29 +130,42 @@ def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
     )
 
 
-def test_hf_models_are_staged_before_the_isvc_for_helm_and_argo_cd(major: str) -> None:
+def test_hf_models_are_staged_by_ordinary_objects_the_group_waits_for(major: str) -> None:
+    """No hook a tool may delete: the claim and the Job are ordinary objects (Argo CD wave -1,
+    before the InferenceService's wave 0); the head waits for the snapshot MODEL_REVISION names."""
     render = template(major, [SCENARIOS["hf-tp2-pp2"]])
     claim, job = render.one("PersistentVolumeClaim"), render.one("Job")
     isvc = render.one("InferenceService")
     assert "ReadWriteMany" in claim["spec"]["accessModes"]
-    assert isvc["spec"]["predictor"]["model"]["storageUri"] == (
-        f"pvc://{claim['metadata']['name']}/models/Qwen/Qwen2.5-0.5B-Instruct/main"
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["storageUri"] == (
+        f"pvc://{claim['metadata']['name']}/models/Qwen/Qwen2.5-0.5B-Instruct"
     )
+    assert {"name": "MODEL_REVISION", "value": "main"} in model["env"]
     claim_ann, job_ann = claim["metadata"]["annotations"], job["metadata"]["annotations"]
-    # Helm: the claim (-10), then the Job (-5), both hooks before any release object.
-    assert claim_ann["helm.sh/hook"] == "pre-install"
-    assert job_ann["helm.sh/hook"] == "pre-install,pre-upgrade"
-    assert int(claim_ann["helm.sh/hook-weight"]) < int(job_ann["helm.sh/hook-weight"])
-    # Argo CD: both PreSync hooks (before the Sync phase that holds the ISVC); the claim is never
-    # deleted by a sync.
-    assert claim_ann["argocd.argoproj.io/hook"] == job_ann["argocd.argoproj.io/hook"] == "PreSync"
-    assert claim_ann["argocd.argoproj.io/hook-delete-policy"] == "HookFailed"
+    for given in (claim_ann, job_ann):
+        assert not any(key.endswith(("/hook", "/hook-delete-policy")) for key in given)
+        assert given["argocd.argoproj.io/sync-wave"] == "-1"
+    assert isvc["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "0"
+    assert claim_ann["helm.sh/resource-policy"] == "keep"
+    assert claim_ann["argocd.argoproj.io/sync-options"] == "Prune=false,Delete=false"
     [container] = job["spec"]["template"]["spec"]["containers"]
     assert container["args"] == [
+        "stage",
         "hf://Qwen/Qwen2.5-0.5B-Instruct",
-        "/mnt/models/models/Qwen/Qwen2.5-0.5B-Instruct/main",
+        "--into",
+        "/mnt/models/models/Qwen/Qwen2.5-0.5B-Instruct",
     ]
     assert "HF_ENDPOINT" not in {e["name"] for e in container["env"]}
+
+
+def test_the_volume_is_not_kept_when_asked(major: str) -> None:
+    values = {**load_values_file(SCENARIOS["hf-tp2-pp2"])}
+    values["model"] = {**values["model"], "storage": {"keepOnUninstall": False}}
+    claim = template(major, values=values).one("PersistentVolumeClaim")
+    annotations = claim["metadata"]["annotations"]
+    assert "helm.sh/resource-policy" not in annotations
+    assert "argocd.argoproj.io/sync-options" not in annotations
 
 
 def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major: str) -> None:

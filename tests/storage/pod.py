@@ -8,8 +8,9 @@ outside its mounts would be on the pod's read-only root filesystem, so it fails 
 touching this machine; so does a mount path buried inside a longer argument
 (``sh -c "mkdir /mnt/..."``), which this stand-in cannot map.
 
-What a container runs: its ``command`` when it has one (only the commands in COMMANDS, which this
-machine's coreutils does exactly as the image's Debian ones), otherwise the image's ENTRYPOINT,
+What a container runs: its ``command`` when it has one (only the commands in COMMANDS: coreutils'
+``mkdir``, which this machine's does exactly as the image's Debian one, and ``multinode-llm``, the
+runtime of this checkout that the multinode-llm images hold), otherwise the image's ENTRYPOINT,
 which for KServe's storage initializer is the release's storage code (``Site.command``). Init
 containers run first, in order; the first that exits non-zero fails the pod, as in Kubernetes.
 """
@@ -19,13 +20,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.storage.sites import Site
 
-COMMANDS = frozenset({"mkdir"})
+COMMANDS = frozenset({"mkdir", "multinode-llm"})
 TIMEOUT = 180  # seconds for one container
 # The environment the storage-initializer image itself sets (python:3.11-slim-bookworm's ENV).
 IMAGE_ENV = {"LANG": "C.UTF-8"}
@@ -68,7 +70,7 @@ class JobPod:
         self,
         job: dict[str, Any],
         root: Path,
-        site: Site,
+        site: Site | None,
         image: str,
         secrets: dict[str, dict[str, str]] | None = None,
     ) -> None:
@@ -153,8 +155,11 @@ class JobPod:
             assert command[0] in COMMANDS, (
                 f"{name}: runs {command[0]!r}; the stand-in runs only {sorted(COMMANDS)}"
             )
+            if command[0] == "multinode-llm":
+                command = [sys.executable, "-m", "multinode_llm", *command[1:]]
             argv = [*command, *args]
         else:
+            assert self.site is not None, f"{name}: no command, and no entrypoint to stand in for"
             argv = self.site.command(*args)
             env |= self.site.env()
         workdir = self.root / "workdir" / name  # the image's WORKDIR, empty

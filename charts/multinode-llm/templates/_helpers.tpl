@@ -66,11 +66,12 @@ a digest pins it. Context: dict "image" <image values> "root" $. */}}
 {{- include "multinode-llm.imageRef" (dict "image" .Values.image "root" .) }}
 {{- end }}
 
-{{- /* Storage initializer image (the download Job and the ClusterStorageContainer): v + the KServe
-release unless download.image.tag is set. Context: root. */}}
+{{- /* KServe's storage initializer image (the ClusterStorageContainer): v + the KServe release
+unless modelCache.storageContainer.image.tag is set. Context: root. */}}
 {{- define "multinode-llm.storageInitializerImage" -}}
 {{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
-{{- printf "%s:%s" .Values.download.image.repository (default (printf "v%s" $release.version) .Values.download.image.tag) }}
+{{- $image := .Values.modelCache.storageContainer.image }}
+{{- printf "%s:%s" $image.repository (default (printf "v%s" $release.version) $image.tag) }}
 {{- end }}
 
 {{- /* Name clients send as "model" (--served-model-name). Context: root. */}}
@@ -178,14 +179,20 @@ Context: root. */}}
 {{- default (printf "%s-model" (include "multinode-llm.fullname" .)) .Values.model.storage.existingClaim }}
 {{- end }}
 
-{{- /* Folder inside the claim for an hf:// model. Context: root. */}}
+{{- /* Folder inside the claim for an hf:// model: refs/<revision> and snapshots/<commit> go under
+it (runtime/src/multinode_llm/staging/layout.py). Context: root. */}}
 {{- define "multinode-llm.modelPath" -}}
 {{- if .Values.model.storage.path }}
 {{- .Values.model.storage.path }}
 {{- else }}
 {{- $hf := include "multinode-llm.hfParts" . | fromJson }}
-{{- printf "models/%s/%s/%s" $hf.org $hf.name $hf.revision }}
+{{- printf "models/%s/%s" $hf.org $hf.name }}
 {{- end }}
+{{- end }}
+
+{{- /* The revision of an hf:// model (main when none is given). Context: root. */}}
+{{- define "multinode-llm.modelRevision" -}}
+{{- (include "multinode-llm.hfParts" . | fromJson).revision }}
 {{- end }}
 
 {{- /* storageUri of the InferenceService: the staged copy for hf://, model.uri otherwise. Context: root. */}}
@@ -381,6 +388,89 @@ livenessProbe:
     sizeLimit: {{ .Values.scratch.sizeLimit }}
 {{- end }}
 
+{{- /* The download Job's name: a Job's pod template cannot change, so the name carries a hash of
+its spec. Context: root. */}}
+{{- define "multinode-llm.downloadJobName" -}}
+{{- printf "%s-download-%s" (include "multinode-llm.fullname" .) (include "multinode-llm.downloadJobSpec" . | sha256sum | trunc 8) }}
+{{- end }}
+
+{{- /* The download Job's spec. Context: root. */}}
+{{- define "multinode-llm.downloadJobSpec" -}}
+backoffLimit: {{ .Values.download.backoffLimit }}
+activeDeadlineSeconds: {{ .Values.download.activeDeadlineSeconds }}
+template:
+  metadata:
+    labels:
+      {{- include "multinode-llm.selectorLabels" . | nindent 6 }}
+      app.kubernetes.io/component: model-download
+  spec:
+    restartPolicy: Never
+    automountServiceAccountToken: false
+    securityContext:
+      {{- toYaml .Values.podSecurityContext | nindent 6 }}
+    {{- with .Values.imagePullSecrets }}
+    imagePullSecrets:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    containers:
+      - name: stage
+        image: {{ include "multinode-llm.imageRef" (dict "image" .Values.download.image "root" .) }}
+        imagePullPolicy: {{ .Values.download.image.pullPolicy }}
+        command: ["multinode-llm"]
+        args:
+          - stage
+          - {{ .Values.model.uri | quote }}
+          - --into
+          - {{ printf "/mnt/models/%s" (include "multinode-llm.modelPath" .) | quote }}
+        env:
+          - name: HOME
+            value: /tmp
+          - name: HF_HOME
+            value: /tmp/huggingface
+          {{- if .Values.model.hfTokenSecret.name }}
+          # The token is read from a file (never an env value that `kubectl describe` shows).
+          - name: HF_TOKEN_PATH
+            value: /var/run/secrets/huggingface/token
+          {{- end }}
+          {{- with .Values.modelCache.endpoint }}
+          # Download through the Hub cache; it serves plain HTTP blobs, not Xet. This chart's cache
+          # answers through a node-local Service: it must run on the node this pod lands on.
+          - name: HF_ENDPOINT
+            value: {{ . | quote }}
+          - name: HF_HUB_DISABLE_XET
+            value: "1"
+          {{- end }}
+        resources:
+          {{- toYaml .Values.download.resources | nindent 10 }}
+        securityContext:
+          {{- toYaml .Values.securityContext | nindent 10 }}
+        volumeMounts:
+          - name: model
+            mountPath: /mnt/models
+          - name: scratch
+            mountPath: /tmp
+          {{- if .Values.model.hfTokenSecret.name }}
+          - name: hf-token
+            mountPath: /var/run/secrets/huggingface
+            readOnly: true
+          {{- end }}
+    volumes:
+      - name: model
+        persistentVolumeClaim:
+          claimName: {{ include "multinode-llm.modelClaim" . }}
+      - name: scratch
+        emptyDir: {}
+      {{- with .Values.model.hfTokenSecret.name }}
+      - name: hf-token
+        secret:
+          secretName: {{ . }}
+          defaultMode: 288  # 0440: readable by the owner and the pod's fsGroup only
+          items:
+            - key: {{ $.Values.model.hfTokenSecret.key }}
+              path: token
+      {{- end }}
+{{- end }} {{- /* define "multinode-llm.downloadJobSpec" */}}
+
 {{- /* Environment names users may not set in head.env / worker.env, each with what to set instead. */}}
 {{- define "multinode-llm.reservedEnv" -}}
 {{- dict
@@ -390,6 +480,7 @@ livenessProbe:
   "REQUEST_GPU_COUNT" "KServe computes it from parallelism.tensor"
   "MODEL_NAME" "KServe sets it to the InferenceService name; set model.name for the served name"
   "MODEL_DIR" "KServe sets it from model.uri"
+  "MODEL_REVISION" "the chart sets it from model.uri's revision"
   "HEAD_SVC" "KServe sets it"
   "WORKER_SVC" "KServe sets it"
   "ISVC_NAME" "KServe sets it"
