@@ -48,6 +48,7 @@ FAULTS = frozenset(
         "chunked-stall",  # a chunk shorter than its size line says; the connection stays open
         "drip",  # one byte every drip_interval seconds
         "hang",  # headers never come
+        "garbled",  # a head no HTTP parser takes (Content-Length: nope)
         "redirect-loop",  # a 302 to the same URL, forever
     }
 )
@@ -463,7 +464,7 @@ class FakeHub:
                 return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
             status = 206
         fault = self._take_fault(path) if request.method == "GET" else None
-        if fault in ("hang", "chunked-garbage", "chunked-stall"):
+        if fault in ("hang", "garbled", "chunked-garbage", "chunked-stall"):
             with self._lock:
                 self.blob_gets[path] += 1
             return await self._broken(request, fault, content[start : end + 1], status, headers)
@@ -523,7 +524,9 @@ class FakeHub:
         """Bytes no HTTP library would write: sent raw, then the connection held open."""
         transport = request.transport
         assert transport is not None
-        if fault != "hang":
+        if fault == "garbled":
+            transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n")
+        elif fault != "hang":
             head = [f"HTTP/1.1 {status} OK", "Transfer-Encoding: chunked"]
             head += [f"{name}: {value}" for name, value in headers.items()]
             half = body[: len(body) // 2]

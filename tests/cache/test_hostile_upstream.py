@@ -93,6 +93,25 @@ def test_a_fill_from_a_stalled_or_garbled_upstream_ends_with_a_502(fake_hub, sta
     assert (status, body) == (200, files[SHARD])
 
 
+def test_no_token_reaches_the_log_or_an_error_message_whatever_upstream_answers(
+    fake_hub, start_cache
+):
+    # aiohttp's repr of a response error holds the request's headers, Authorization included.
+    files = model_files(seed=77)
+    repo = fake_hub.add(FakeRepo("org/leaky", files, private=True, readers={"hf_secret"}))
+    cache = start_cache("--upstream-timeout", str(TIMEOUT))
+    auth = {"Authorization": "Bearer hf_secret"}
+    for fault in ("garbled", "chunked-garbage", "hang"):
+        fake_hub.fault("config.json", fault)  # a git file: from the Hub itself, token and all
+        status, headers, body = raw_request(
+            cache.url, "GET", f"/org/leaky/resolve/{repo.commit}/config.json", auth
+        )
+        assert status == 502, (fault, status)
+        assert "hf_secret" not in headers.get("X-Error-Message", "") + body.decode(), fault
+    settled(cache)
+    assert "hf_secret" not in cache.log_text()
+
+
 def test_a_redirect_loop_is_a_502_not_a_hang(fake_hub, start_cache):
     files = model_files(seed=73)
     fake_hub.add(FakeRepo("org/loop", files))

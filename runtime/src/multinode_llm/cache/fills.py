@@ -34,7 +34,7 @@ import aiohttp
 
 from multinode_llm.cache.metrics import Metrics
 from multinode_llm.cache.store import BlobKey, Hash, Store, StoreFullError
-from multinode_llm.cache.upstream import UpstreamError, chunks
+from multinode_llm.cache.upstream import UpstreamError, chunks, describe
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class Fills:
                             raise SourceError(f"sent more than the {fill.size} bytes", lied=True)
                         await self._absorb(fill, chunk, source)
         except (aiohttp.ClientError, TimeoutError, ConnectionError, UpstreamError) as error:
-            raise SourceError(f"failed at byte {fill.written}: {error!r}") from error
+            raise SourceError(f"failed at byte {fill.written}: {describe(error)}") from error
         if fill.written < fill.size:
             raise SourceError(f"ended at byte {fill.written} of {fill.size}")
 
@@ -292,4 +292,4 @@ def _as_failure(error: BaseException) -> FillFailedError:
         return FillFailedError(507, str(error), {"X-Error-Code": "StoreFull"})
     if isinstance(error, OSError):
         return FillFailedError(507, f"writing to the store failed: {error.strerror}")
-    return FillFailedError(502, f"fill failed: {error!r}")
+    return FillFailedError(502, f"fill failed: {describe(error)}")

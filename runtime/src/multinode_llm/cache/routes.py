@@ -51,6 +51,7 @@ from multinode_llm.cache.upstream import (
     UpstreamError,
     UpstreamUnreachableError,
     chunks,
+    describe,
     following,
     read_limited,
     request_headers,
@@ -366,7 +367,7 @@ class Hub:
                     return await self._stream(request, reply, headers)
                 payload = await read_limited(reply, MAX_METADATA, what)
         except (aiohttp.ClientError, TimeoutError) as failure:
-            raise UpstreamUnreachableError(f"{what}: {failure!r}") from failure
+            raise UpstreamUnreachableError(f"{what}: {describe(failure)}") from failure
         cleaned = clean_json(payload)
         return web.Response(
             status=reply.status, body=cleaned[1] if cleaned else payload, headers=headers
@@ -386,7 +387,7 @@ class Hub:
         except ConnectionResetError:
             raise  # the client left (server.py's guard): not upstream's doing
         except (aiohttp.ClientError, TimeoutError) as failure:
-            log.info("upstream's body for %s broke off: %r", request.path, failure)
+            log.info("upstream's body for %s broke off: %s", request.path, describe(failure))
             if request.transport is not None:
                 request.transport.abort()  # the client sees the body cut, as upstream cut it
         return response

@@ -100,6 +100,16 @@ def proxy_for(url: str) -> str | None:
     return urllib.request.getproxies_environment().get(parts.scheme)
 
 
+def describe(error: BaseException) -> str:
+    """``error`` as a log or an error message may show it: aiohttp's repr of a response error
+    holds the request's headers (the caller's token among them) and its str the whole URL (a
+    signed CDN URL's query among them), so neither is used for those."""
+    if isinstance(error, aiohttp.ClientResponseError):
+        return f"{type(error).__name__}: {error.status}, {error.message}"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def bare(url: str) -> str:
     """``url`` without its query: signed CDN URLs must not end up in logs or error messages."""
     return url.partition("?")[0]
@@ -136,7 +146,7 @@ async def following(
                 timeout=timeout or client.timeout,
             )
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise UpstreamUnreachableError(f"{method} {bare(url)}: {error!r}") from error
+            raise UpstreamUnreachableError(f"{method} {bare(url)}: {describe(error)}") from error
         try:
             location = response.headers.get("Location")
             if not follow or response.status not in _REDIRECTS or not location:
@@ -145,7 +155,8 @@ async def following(
             try:
                 target = urljoin(url, location)
             except ValueError as error:
-                raise UpstreamError(f"{method} {bare(url)}: bad Location {location!r}") from error
+                message = f"{method} {bare(url)}: bad Location {bare(location)!r}"
+                raise UpstreamError(message) from error
             if not same_origin(url, target):
                 if method == "HEAD":
                     yield response  # the Hub's own answer carries the file's facts
@@ -254,7 +265,7 @@ class Upstream:
                 data = b"" if method == "HEAD" else await read_limited(response, MAX_METADATA, what)
                 return Reply(response.status, response.headers, data)
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise UpstreamUnreachableError(f"{what}: {error!r}") from error
+            raise UpstreamUnreachableError(f"{what}: {describe(error)}") from error
 
     @asynccontextmanager
     async def open(
