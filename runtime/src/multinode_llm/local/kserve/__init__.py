@@ -9,7 +9,11 @@
 ``Cluster`` ties them together the way an API server with KServe installed does: it starts with the
 ClusterServingRuntimes a default install of the release adds, admits every object a release applies
 (runtimes before InferenceServices, as Helm's and Argo CD's ordering put them), remembers which Helm
-release owns what, and reconciles every InferenceService.
+release owns what, and reconciles every InferenceService. It keeps the Services KServe made
+(``services_of``): KServe names the headless ones after the InferenceService's generation
+(``generation``), and a newer generation does not delete the older ones (0.17+: they stay until the
+InferenceService goes) except where the release's own cleanup does (0.15.x-0.16.0: every head
+Service but the 3 newest, cluster-wide; 0.20.0: every one but ``<isvc>-predictor``).
 """
 
 from __future__ import annotations
@@ -63,13 +67,20 @@ class _Stored:
     generation: int = 1
 
 
+@dataclass(frozen=True)
+class _OwnedService:
+    isvc: str  # the InferenceService of its namespace that owns it (ownerReferences)
+    service: Service
+
+
 @dataclass
 class Cluster:
     """An API server with KServe ``release`` installed (webhooks and controller)."""
 
     release: Release
     objects: dict[tuple[str, str, str], _Stored] = field(default_factory=dict)
-    head_services: list[tuple[str, str]] = field(default_factory=list)  # creation order
+    # The Services KServe made that exist, by (namespace, name), oldest first (creation order).
+    services: dict[tuple[str, str], _OwnedService] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for runtime in self.release.builtin_runtimes():
@@ -84,9 +95,13 @@ class Cluster:
             self._admit(copy.deepcopy(obj), (release, namespace), namespace)
 
     def uninstall(self, release: str, namespace: str) -> None:
-        """``helm uninstall``: the release's objects go; KServe's built-ins stay."""
+        """``helm uninstall``: the release's objects go, and with each InferenceService the
+        Services KServe made for it (their ownerReferences name it); KServe's built-ins stay."""
         for key in [k for k, v in self.objects.items() if v.owner == (release, namespace)]:
             del self.objects[key]
+            if key[0] == "InferenceService":
+                for name in [s.name for s in self.services_of(key[1], key[2])]:
+                    del self.services[(key[1], name)]
 
     def upgrade_kserve(self, release: Release) -> None:
         """Install another KServe release over the objects stored (webhooks change, data stays)."""
@@ -94,6 +109,19 @@ class Cluster:
 
     def isvcs(self) -> list[Obj]:
         return [s.obj for k, s in self.objects.items() if k[0] == "InferenceService"]
+
+    def generation(self, namespace: str, name: str) -> int:
+        """The InferenceService's ``metadata.generation``: one more on every change of its spec,
+        none for metadata (the CRD has a status subresource); the headless Services' suffix."""
+        return self.objects[("InferenceService", namespace, name)].generation
+
+    def services_of(self, namespace: str, isvc: str) -> list[Service]:
+        """The Services KServe made for InferenceService ``isvc`` that exist now, oldest first."""
+        return [
+            owned.service
+            for (where, _), owned in self.services.items()
+            if where == namespace and owned.isvc == isvc
+        ]
 
     def reconcile(self) -> list[Reconciled]:
         """Every InferenceService's Deployments and Services; records status.deploymentMode."""
@@ -105,7 +133,7 @@ class Cluster:
             runtime = self._runtime_for(isvc)
             result = controller.reconcile(self.release, isvc, runtime, stored.generation)
             self._record_mode(isvc)
-            self._track_head_service(result)
+            self._reconcile_services(result)
             results.append(result)
         return [self._without_cleaned(r) for r in results]
 
@@ -160,19 +188,34 @@ class Cluster:
             mode = admission.LEGACY_MODES.get(recorded or mode, recorded or mode)
         isvc["status"]["deploymentMode"] = mode
 
-    def _track_head_service(self, result: Reconciled) -> None:
-        for service in result.running_services:
-            if service.labels.get(controller.ROLE_LABEL) == "head":
-                key = (result.namespace, service.name)
-                if key not in self.head_services:
-                    self.head_services.append(key)
+    def _reconcile_services(self, result: Reconciled) -> None:
+        """``ServiceReconciler.Reconcile`` (reconcilers/service/service_reconciler.go): create the
+        Services that are missing, update the others in place; never delete another generation's.
+        Then the release's own deletions: 0.15.x-0.16.0's ``cleanHeadSvc`` right after, 0.20.0's
+        ``reconcileCanaryDeployments`` cleanup (components/predictor.go) by label."""
+        for service in result.services:  # an existing key keeps its place, a new one is newest
+            owned = _OwnedService(result.isvc_name, service)
+            self.services[(result.namespace, service.name)] = owned
+        if self.release.controller.head_service_cleanup:
+            heads = [
+                key
+                for key, owned in self.services.items()
+                if owned.service.labels.get(controller.ROLE_LABEL) == "head"
+            ]
+            for key in heads[:-HEAD_SERVICES_KEPT]:  # every namespace, oldest first
+                del self.services[key]
+        if self.release.controller.deletes_workers:
+            for service in self.services_of(result.namespace, result.isvc_name):
+                if service.name != result.head.name:
+                    del self.services[(result.namespace, service.name)]
 
     def _without_cleaned(self, result: Reconciled) -> Reconciled:
-        """0.15.x-0.16.0's cleanHeadSvc: every head Service but the 3 newest, in any namespace."""
-        if not self.release.controller.head_service_cleanup:
-            return result
-        doomed = self.head_services[:-HEAD_SERVICES_KEPT]
-        gone = [s.name for s in result.services if (result.namespace, s.name) in doomed]
+        """The result with every Service of it that no longer exists among ``deleted``."""
+        gone = [
+            s.name
+            for s in result.services
+            if (result.namespace, s.name) not in self.services and s.name not in result.deleted
+        ]
         if not gone:
             return result
         return Reconciled(**{**result.__dict__, "deleted": [*result.deleted, *gone]})
