@@ -213,13 +213,13 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
 
 
 def _missing_local_cluster() -> str:
-    if importlib.util.find_spec("multinode_llm.local.cluster") is None:
-        return "needs the local cluster (`multinode_llm.local.cluster`, issue 3)"
+    if importlib.util.find_spec("multinode_llm.local.chart") is None:
+        return "needs the local cluster (`multinode_llm.local.chart`, issue 3)"
     from multinode_llm.errors import UserError
-    from multinode_llm.local import cluster
+    from multinode_llm.local.chart import find_chart, find_helm
 
     try:
-        cluster.find_helm(cluster.find_chart())
+        find_helm(find_chart())
     except UserError as error:
         return str(error)
     return ""

@@ -126,3 +126,11 @@ def test_state_keeps_first_event_times_and_exposes_metrics() -> None:
     status = state.status()
     assert status["probes"]["ready"]["ok"] is True
     assert status["facts"]["nodes"] == 2
+
+
+def test_the_group_spec_is_exported_only_when_the_chart_set_one() -> None:
+    state = HealthState(role="head")
+    assert "multinode_llm_group_info" not in state.metrics()
+    state.group_spec = "0123abcd"
+    assert 'multinode_llm_group_info{role="head",group_spec="0123abcd"} 1' in state.metrics()
+    assert state.status()["group_spec"] == "0123abcd"

@@ -28,6 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "worker": ("multinode_llm.group.worker", "join the head's Ray cluster (KServe worker pod)"),
     "probe": ("multinode_llm.health.probe", "ask a supervisor's status port (exec probe)"),
+    "await-group": (
+        "multinode_llm.health.await_group",
+        "wait until a group runs a given spec and serves (the chart's readiness Job)",
+    ),
     "cache": ("multinode_llm.cache.cli", "the Hugging Face Hub pull-through cache"),
     "stage": (
         "multinode_llm.staging.stage",

@@ -88,6 +88,9 @@ class HeadConfig:
     # MODEL_REVISION: the model dir is a staged hf:// model (staging/layout.py); serve the
     # snapshot this revision was staged as, once it is complete.
     model_revision: str = ""
+    # MULTINODE_LLM_GROUP_SPEC: the chart's hash of what shapes the group's pods; the head exports
+    # it (multinode_llm_group_info), so a waiter tells the new group from the old one.
+    group_spec: str = ""
 
     @property
     def model_is_dir(self) -> bool:
@@ -134,6 +137,7 @@ def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
         vllm_args=tuple(str(arg) for arg in _as_list(reader.flag("vllm_args", ()))),
         isvc_name=env.get("INFERENCE_SERVICE_NAME", "").strip(),
         model_revision=env.get("MODEL_REVISION", "").strip(),
+        group_spec=env.get("MULTINODE_LLM_GROUP_SPEC", "").strip(),
     )
 
 

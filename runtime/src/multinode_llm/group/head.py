@@ -88,6 +88,7 @@ class HeadSupervisor(Supervisor):
     def __init__(self, config: HeadConfig) -> None:
         super().__init__("head", config.node.status_port)
         self.config = config
+        self.state.group_spec = config.group_spec
         self.env: dict[str, str] = {}
         self.ray: Child | None = None
         self.engine: Child | None = None

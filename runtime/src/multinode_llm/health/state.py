@@ -145,6 +145,7 @@ class HealthState:
     # Tells a restarted supervisor from the one before it (workers watch the head's).
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     timeline: dict[str, float] = field(default_factory=dict)  # event -> seconds since start
+    group_spec: str = ""  # the chart's hash of the group's spec (MULTINODE_LLM_GROUP_SPEC)
 
     def mark(self, event: str) -> None:
         """Record when an event first happened (Ray up, group complete, engine ready, ...)."""
@@ -162,6 +163,7 @@ class HealthState:
             "probes": asdict(self.probes),
             "facts": asdict(self.facts) if self.facts is not None else {},
             "timeline_s": dict(self.timeline),
+            "group_spec": self.group_spec,
             "uptime_s": round(time.monotonic() - self.started_at, 3),
         }
 
@@ -181,6 +183,12 @@ class HealthState:
         ]
         for event, seconds in self.timeline.items():
             lines.append(f'multinode_llm_event_seconds{{{role},event="{event}"}} {seconds}')
+        if self.group_spec:
+            lines += [
+                "# HELP multinode_llm_group_info The spec the group runs (the chart's hash of it).",
+                "# TYPE multinode_llm_group_info gauge",
+                f'multinode_llm_group_info{{{role},group_spec="{self.group_spec}"}} 1',
+            ]
         if isinstance(self.facts, HeadFacts):
             gauges = {
                 "group_nodes": ("Ray nodes alive in the group.", self.facts.nodes),

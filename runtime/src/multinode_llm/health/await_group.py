@@ -1,0 +1,113 @@
+"""``multinode-llm await-group URL --model NAME --group-spec HASH``: until the new group serves.
+
+The one readiness signal that holds on every KServe release (KServe 0.16 to 0.19 never report a
+multi-node InferenceService Ready, and its ``status.observedGeneration`` is the head Deployment's):
+the chart runs this in a Job (templates/group-ready.yaml) named after the group's spec hash, so that
+``helm install --wait`` (Helm 4; Helm 3 with ``--wait-for-jobs``), ``kubectl wait
+--for=condition=complete job/...`` and an Argo CD sync (wave 1) all end when it ends.
+
+Through the InferenceService's Service, as a client would, it waits until
+
+1. the head answering exports ``multinode_llm_group_info{group_spec="HASH"}`` (the new group, not
+   the old one a RollingUpdate keeps serving meanwhile),
+2. ``/v1/models`` lists the served name, and
+3. one completion returns a token (the whole pipeline computes).
+
+Standard library only: it runs in the slim cache image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from multinode_llm.errors import UserError
+
+REQUEST_TIMEOUT_S = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", help="the group's HTTP base URL (the InferenceService's Service)")
+    parser.add_argument("--model", required=True, help="the served model name")
+    parser.add_argument(
+        "--group-spec", required=True, help="the spec hash the new group runs (from the chart)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait; default %(default)s"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between tries; default %(default)s"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout <= 0 or args.interval <= 0:
+        raise UserError("--timeout and --interval must be positive numbers of seconds")
+    return wait(args.url.rstrip("/"), args.model, args.group_spec, args.timeout, args.interval)
+
+
+def wait(
+    url: str,
+    model: str,
+    spec: str,
+    timeout: float,
+    interval: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        reason = check(url, model, spec)
+        if not reason:
+            print(f"the group runs spec {spec} and serves {model!r} at {url}", flush=True)
+            return 0
+        if reason != last:
+            print(f"waiting: {reason}", flush=True)
+            last = reason
+        if time.monotonic() >= deadline:
+            print(f"the new group did not serve within {timeout:.0f} s: {reason}", file=sys.stderr)
+            return 1
+        sleep(interval)
+
+
+def check(url: str, model: str, spec: str) -> str:
+    """Why the new group does not serve yet, or "" when it does."""
+    try:
+        metrics = _get(f"{url}/metrics").decode(errors="replace")
+        if f'group_spec="{spec}"' not in metrics:
+            running = [
+                line.split('group_spec="', 1)[1].split('"', 1)[0]
+                for line in metrics.splitlines()
+                if line.startswith("multinode_llm_group_info{")
+            ]
+            return f"the head at {url} runs spec {running[0] if running else 'unknown'}, not {spec}"
+        listed = [m.get("id") for m in json.loads(_get(f"{url}/v1/models")).get("data", [])]
+        if model not in listed:
+            return f"/v1/models lists {listed}, not {model!r}"
+        body = {"model": model, "prompt": "ready", "max_tokens": 1}
+        reply = json.loads(_post(f"{url}/v1/completions", body))
+        if int((reply.get("usage") or {}).get("completion_tokens") or 0) < 1:
+            return f"a completion returned no token: {str(reply)[:200]}"
+    except urllib.error.HTTPError as error:
+        return f"{error.url} answered {error.code}"
+    except (OSError, ValueError) as error:  # refused, timed out, not JSON: not serving yet
+        return f"{url} does not serve yet ({error})"
+    return ""
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_S) as answer:  # noqa: S310
+        return bytes(answer.read())
+
+
+def _post(url: str, body: dict[str, object]) -> bytes:
+    request = urllib.request.Request(  # noqa: S310 - the group's own Service
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:  # noqa: S310
+        return bytes(answer.read())
