@@ -49,8 +49,14 @@ class Render:
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [d for d in self.documents() if d["kind"] == kind]
 
-    def one(self, kind: str) -> dict[str, Any]:
-        [doc] = self.of_kind(kind)
+    def one(self, kind: str, component: str | None = None) -> dict[str, Any]:
+        """The one object of ``kind`` (with label app.kubernetes.io/component=``component``)."""
+        [doc] = [
+            d
+            for d in self.of_kind(kind)
+            if component is None
+            or d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+        ]
         return doc
 
 

@@ -253,7 +253,7 @@ def test_a_model_release_pointed_at_a_cache_release_downloads_from_its_node_loca
     local = services["hub-multinode-llm-cache"]
     assert local["spec"]["internalTrafficPolicy"] == "Local"
     endpoint = f"http://{local['metadata']['name']}.model-cache.svc.cluster.local:8090"
-    job = template(major, [SCENARIOS["hf-gated-cache"]]).one("Job")
+    job = template(major, [SCENARIOS["hf-gated-cache"]]).one("Job", "model-download")
     [download] = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in download["env"]}
     assert env["HF_ENDPOINT"] == endpoint

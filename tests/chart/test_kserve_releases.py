@@ -161,7 +161,9 @@ def test_notes_and_helm_test_say_when_the_release_never_reports_ready(version: s
     result = run_helm_install(given)
     notes = result.split("NOTES:", 1)[1]
     assert ("never reports this InferenceService Ready" in notes) is stuck
-    assert "wait --for=condition=Available deployment/llm-multinode-llm-predictor" in notes
+    jobs = [d for d in render(version) if d["kind"] == "Job"]
+    ready = next(d for d in jobs if "-ready-" in d["metadata"]["name"])
+    assert f"wait --for=condition=complete job/{ready['metadata']['name']}" in notes
     pod = next(d for d in render(version) if d["kind"] == "Pod")
     names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert ("STATUS_NOTE" in names) is stuck
@@ -224,7 +226,8 @@ def test_an_unverified_release_is_a_deliberate_choice() -> None:
 def test_the_download_job_stages_with_its_own_command_on_every_release(version: str) -> None:
     """KServe 0.15-0.18's storage initializer cannot create a nested target (tests/storage): the
     Job stages with `multinode-llm stage`, which makes its folders, on every release."""
-    job = next(d for d in render(version) if d["kind"] == "Job")
+    jobs = [d for d in render(version) if d["kind"] == "Job"]
+    job = next(d for d in jobs if "-download-" in d["metadata"]["name"])
     spec = job["spec"]["template"]["spec"]
     assert "initContainers" not in spec
     [stage] = spec["containers"]
@@ -265,3 +268,31 @@ def assert_subset(expected: Any, actual: Any, path: str = "") -> None:
             assert_subset(one, two, f"{path}[{index}]")
     else:
         assert expected == actual, f"{path}: rendered {expected!r}, live {actual!r}"
+
+
+def test_the_readiness_job_is_new_exactly_when_the_group_restarts() -> None:
+    """Named after its spec, which holds the hash of what shapes the group's pods: a change that
+    restarts the group makes a new Job (the new group to wait for), one that does not makes none."""
+
+    def ready(**sets: Any) -> tuple[str, str]:
+        values = copy.deepcopy(HF)
+        for key, value in sets.items():
+            node = values
+            *parents, leaf = key.split(".")
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = value
+        objects = render("0.19.0", values)
+        job = next(d for d in objects if d["kind"] == "Job" and "-ready-" in d["metadata"]["name"])
+        [group] = admitted("0.19.0", ("llm", "serving", objects))
+        env = controller.env_of(group.head.container)
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--group-spec") + 1] == env["MULTINODE_LLM_GROUP_SPEC"]
+        return job["metadata"]["name"], env["MULTINODE_LLM_GROUP_SPEC"]
+
+    base = ready()
+    assert ready(**{"tests.prompt": "hi"}) == base
+    assert ready(**{"strategy.type": "RollingUpdate"})[1] == base[1]  # Deployments, not pods
+    for change in ({"image.tag": "v2"}, {"vllm.args": ["--x"]}, {"parallelism.tensor": 4}):
+        assert ready(**change)[1] != base[1], change
+        assert ready(**change)[0] != base[0], change

@@ -134,7 +134,7 @@ def test_hf_models_are_staged_by_ordinary_objects_the_group_waits_for(major: str
     """No hook a tool may delete: the claim and the Job are ordinary objects (Argo CD wave -1,
     before the InferenceService's wave 0); the head waits for the snapshot MODEL_REVISION names."""
     render = template(major, [SCENARIOS["hf-tp2-pp2"]])
-    claim, job = render.one("PersistentVolumeClaim"), render.one("Job")
+    claim, job = render.one("PersistentVolumeClaim"), render.one("Job", "model-download")
     isvc = render.one("InferenceService")
     assert "ReadWriteMany" in claim["spec"]["accessModes"]
     model = isvc["spec"]["predictor"]["model"]
@@ -171,7 +171,7 @@ def test_the_volume_is_not_kept_when_asked(major: str) -> None:
 def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major: str) -> None:
     render = template(major, [SCENARIOS["hf-gated-cache"]])
     assert render.of_kind("PersistentVolumeClaim") == [], "an existing claim must not be created"
-    [container] = render.one("Job")["spec"]["template"]["spec"]["containers"]
+    [container] = render.one("Job", "model-download")["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HF_ENDPOINT"] == "http://hub-multinode-llm-cache.model-cache.svc.cluster.local:8090"
     assert env["HF_HUB_DISABLE_XET"] == "1"
@@ -179,7 +179,8 @@ def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major:
     assert "HF_TOKEN" not in env
     mount = next(m for m in container["volumeMounts"] if m["name"] == "hf-token")
     assert env["HF_TOKEN_PATH"] == mount["mountPath"] + "/token"
-    volumes = {v["name"]: v for v in render.one("Job")["spec"]["template"]["spec"]["volumes"]}
+    pod = render.one("Job", "model-download")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["hf-token"]["secret"]["secretName"] == "hf-token"
     assert volumes["hf-token"]["secret"]["items"] == [{"key": "token", "path": "token"}]
     assert "be673f326cab4cd22ccfef76109faf68e41aa5f1" in container["args"][1]

@@ -35,8 +35,13 @@ def render(hub_url: str, uri: str = "hf://org/model", **sets: str) -> list[dict[
     ).documents()
 
 
-def one(documents: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    [found] = [d for d in documents if d["kind"] == kind]
+def one(documents: list[dict[str, Any]], kind: str, component: str = "") -> dict[str, Any]:
+    [found] = [
+        d
+        for d in documents
+        if d["kind"] == kind
+        and (not component or d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+    ]
     return found
 
 
@@ -46,7 +51,7 @@ def test_the_job_stages_the_snapshot_the_head_is_told_to_serve(
     files = model_files(seed=60, shard_size=1 << 20)
     repo = fake_hub.add(FakeRepo("org/model", files, gated=True, readers={TOKEN}))
     documents = render(fake_hub.url)
-    job, isvc = one(documents, "Job"), one(documents, "InferenceService")
+    job, isvc = one(documents, "Job", "model-download"), one(documents, "InferenceService")
 
     pod = JobPod(job, tmp_path, None, image=IMAGE, secrets={SECRET: {"token": TOKEN}})
     run = pod.run()
@@ -64,7 +69,7 @@ def test_the_job_stages_the_snapshot_the_head_is_told_to_serve(
 
 
 def test_the_job_gives_huggingface_hub_a_writable_home_on_a_read_only_root() -> None:
-    job = one(render("http://hub.invalid"), "Job")
+    job = one(render("http://hub.invalid"), "Job", "model-download")
     [stage] = job["spec"]["template"]["spec"]["containers"]
     assert stage["securityContext"]["readOnlyRootFilesystem"] is True
     env = {e["name"]: e.get("value") for e in stage["env"]}
@@ -75,9 +80,14 @@ def test_the_job_gives_huggingface_hub_a_writable_home_on_a_read_only_root() -> 
 
 def test_the_job_is_renamed_when_its_spec_changes_and_only_then() -> None:
     """A Job's pod template cannot change: a new spec needs a new Job, an unchanged one none."""
-    base = one(render("http://hub.invalid"), "Job")["metadata"]["name"]
-    same = one(render("http://hub.invalid", **{"tests.prompt": "other"}), "Job")["metadata"]["name"]
-    moved = one(render("http://hub.invalid", uri="hf://org/model:v2"), "Job")["metadata"]["name"]
+
+    def name(uri: str = "hf://org/model", **values: str) -> str:
+        job = one(render("http://hub.invalid", uri, **values), "Job", "model-download")
+        return str(job["metadata"]["name"])
+
+    base = name()
+    same = name(**{"tests.prompt": "other"})
+    moved = name(uri="hf://org/model:v2")
     assert base == same
     assert base != moved
     assert base.startswith(f"{chartlib.RELEASE}-multinode-llm-download-")

@@ -1,0 +1,235 @@
+{{- /*
+The group's objects as KServe reads them: the runtime's spec and the InferenceService's predictor.
+They are defines, so that "multinode-llm.groupSpec" can hash exactly what reaches the group's pods.
+*/}}
+
+{{- /* The (Cluster)ServingRuntime's spec. Context: root. */}}
+{{- define "multinode-llm.runtimeSpec" -}}
+annotations:
+  prometheus.kserve.io/port: "8080"
+  prometheus.kserve.io/path: /metrics
+  {{- with include "multinode-llm.gpuTypesAnnotation" . }}
+  {{- . | nindent 2 }}
+  {{- end }}
+# The InferenceService names this runtime, so it needs no auto-selection: without autoSelect
+# (and priority) KServe's runtime webhook never compares it with its own huggingface runtimes or
+# another release's (validateServingRuntimePriority, servingruntime_webhook.go, every release).
+supportedModelFormats:
+  - name: huggingface
+    version: "1"
+    autoSelect: false
+protocolVersions:
+  - v2
+  - v1
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+containers:
+  - name: kserve-container
+    image: {{ include "multinode-llm.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    command: ["multinode-llm"]
+    args: ["head"]
+    # The first port is the one KServe's Service targets (80 -> 8080).
+    ports:
+      - name: http
+        containerPort: 8080
+        protocol: TCP
+    env:
+      {{- include "multinode-llm.groupEnv" . | nindent 6 }}
+    {{- include "multinode-llm.probes" (dict "probes" .Values.head.probes) | nindent 4 }}
+    securityContext:
+      {{- toYaml .Values.securityContext | nindent 6 }}
+    volumeMounts:
+      {{- include "multinode-llm.groupVolumeMounts" . | nindent 6 }}
+volumes:
+  {{- include "multinode-llm.groupVolumes" . | nindent 2 }}
+workerSpec:
+  # KServe 0.15.0's runtime webhook requires both sizes (pipeline at least 2); the
+  # InferenceService's own workerSpec overrides them on every release.
+  pipelineParallelSize: {{ .Values.parallelism.pipeline }}
+  tensorParallelSize: {{ .Values.parallelism.tensor }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: worker-container
+      image: {{ include "multinode-llm.image" . }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      command: ["multinode-llm"]
+      args: ["worker"]
+      env:
+        {{- include "multinode-llm.groupEnv" . | nindent 8 }}
+      {{- include "multinode-llm.probes" (dict "probes" .Values.worker.probes) | nindent 6 }}
+      securityContext:
+        {{- toYaml .Values.securityContext | nindent 8 }}
+      volumeMounts:
+        {{- include "multinode-llm.groupVolumeMounts" . | nindent 8 }}
+  volumes:
+    {{- include "multinode-llm.groupVolumes" . | nindent 4 }}
+{{- end }} {{- /* define "multinode-llm.runtimeSpec" */}}
+
+{{- /* The InferenceService's spec.predictor; with groupSpec (the hash of the rest) the head is told
+it. Context: dict "root" $ "groupSpec" hash-or-empty. */}}
+{{- define "multinode-llm.isvcPredictor" -}}
+{{- $groupSpec := .groupSpec }}
+{{- with .root -}}
+minReplicas: {{ .Values.inferenceService.minReplicas }}
+maxReplicas: {{ .Values.inferenceService.maxReplicas }}
+deploymentStrategy:
+  type: {{ .Values.strategy.type }}
+{{- with .Values.serviceAccountName }}
+serviceAccountName: {{ . }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.head.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.head.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.head.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+model:
+  modelFormat:
+    name: huggingface
+  runtime: {{ include "multinode-llm.runtimeName" . }}
+  storageUri: {{ include "multinode-llm.storageUri" . | quote }}
+  # Appended to the runtime's ["head"]: the served name, then vLLM's own arguments.
+  # KServe runs a Go template over the head container: double braces are escaped so that every
+  # argument and value reaches vLLM as written.
+  args:
+    - --served-model-name
+    - {{ include "multinode-llm.kserveTemplateText" (include "multinode-llm.servedModelName" .) | quote }}
+    {{- range .Values.vllm.args }}
+    - {{ include "multinode-llm.kserveTemplateText" . | quote }}
+    {{- end }}
+  {{- $headEnv := .Values.head.env | default list }}
+  {{- if include "multinode-llm.stagesModel" . }}
+  {{- /* the head serves the snapshot this revision was staged as (staging/layout.py) */}}
+  {{- $headEnv = prepend $headEnv (dict "name" "MODEL_REVISION" "value" (include "multinode-llm.modelRevision" .)) }}
+  {{- end }}
+  {{- with $groupSpec }}
+  {{- /* the head tells which spec it runs: the readiness Job waits for this one (group-ready.yaml) */}}
+  {{- $headEnv = prepend $headEnv (dict "name" "MULTINODE_LLM_GROUP_SPEC" "value" .) }}
+  {{- end }}
+  {{- with $headEnv }}
+  {{- $env := list }}
+  {{- range . }}
+  {{- $var := deepCopy . }}
+  {{- if hasKey $var "value" }}
+  {{- $_ := set $var "value" (include "multinode-llm.kserveTemplateText" $var.value) }}
+  {{- end }}
+  {{- $env = append $env $var }}
+  {{- end }}
+  env:
+    {{- toYaml $env | nindent 4 }}
+  {{- end }}
+  resources:
+    {{- include "multinode-llm.groupResources" (dict "root" . "role" "head") | nindent 4 }}
+workerSpec:
+  pipelineParallelSize: {{ .Values.parallelism.pipeline }}
+  tensorParallelSize: {{ .Values.parallelism.tensor }}
+  {{- with .Values.serviceAccountName }}
+  serviceAccountName: {{ . }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  {{- with .Values.worker.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.worker.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.worker.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: worker-container
+      {{- $env := concat (include "multinode-llm.workerEnvGaps" . | fromYamlArray) (.Values.worker.env | default list) }}
+      {{- with $env }}
+      env:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      resources:
+        {{- include "multinode-llm.groupResources" (dict "root" . "role" "worker") | nindent 8 }}
+{{- end }}
+{{- end }} {{- /* define "multinode-llm.isvcPredictor" */}}
+
+{{- /* A hash of everything that shapes the group's pods: the runtime's spec, the InferenceService's
+labels and annotations (KServe copies both into the pod templates) and its predictor. It changes
+exactly when the pods would change anyway, so telling the head costs no extra restart. Context:
+root. */}}
+{{- define "multinode-llm.groupSpec" -}}
+{{- $isvcMeta := dict "labels" .Values.inferenceService.labels "annotations" .Values.inferenceService.annotations }}
+{{- $_ := set $isvcMeta "kserve" (list (include "multinode-llm.deploymentMode" .) (include "multinode-llm.requiredAutoscalerClass" .) (include "multinode-llm.gpuTypesAnnotation" .)) }}
+{{- $predictor := include "multinode-llm.isvcPredictor" (dict "root" . "groupSpec" "") | fromYaml }}
+{{- /* what shapes the Deployments, not their pods */}}
+{{- range $field := list "deploymentStrategy" "minReplicas" "maxReplicas" }}
+{{- $_ := unset $predictor $field }}
+{{- end }}
+{{- $parts := list (include "multinode-llm.runtimeSpec" .) (toJson $isvcMeta) (toJson $predictor) }}
+{{- join "\n---\n" $parts | sha256sum | trunc 16 }}
+{{- end }}
+
+{{- /* The readiness Job's name: a Job's pod template cannot change, so the name carries a hash of
+its spec (which holds the group's spec hash). Context: root. */}}
+{{- define "multinode-llm.readinessJobName" -}}
+{{- printf "%s-ready-%s" (include "multinode-llm.fullname" .) (include "multinode-llm.readinessJobSpec" . | sha256sum | trunc 8) }}
+{{- end }}
+
+{{- /* The readiness Job's spec (group-ready.yaml). Context: root. */}}
+{{- define "multinode-llm.readinessJobSpec" -}}
+{{- $spec := include "multinode-llm.groupSpec" . }}
+{{- $budget := add (int (.Values.head.probes.startup.initialDelaySeconds | default 0)) (mul (int .Values.head.probes.startup.periodSeconds) (int .Values.head.probes.startup.failureThreshold)) }}
+{{- $timeout := add $budget (ternary .Values.download.activeDeadlineSeconds 0 (not (empty (include "multinode-llm.stagesModel" .)))) -}}
+backoffLimit: 2
+activeDeadlineSeconds: {{ add $timeout 300 }}
+template:
+  metadata:
+    labels:
+      {{- include "multinode-llm.selectorLabels" . | nindent 6 }}
+      app.kubernetes.io/component: readiness
+  spec:
+    restartPolicy: Never
+    automountServiceAccountToken: false
+    securityContext:
+      {{- toYaml .Values.podSecurityContext | nindent 6 }}
+    {{- with .Values.imagePullSecrets }}
+    imagePullSecrets:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    containers:
+      - name: await-group
+        image: {{ include "multinode-llm.imageRef" (dict "image" .Values.download.image "root" .) }}
+        imagePullPolicy: {{ .Values.download.image.pullPolicy }}
+        command: ["multinode-llm"]
+        args:
+          - await-group
+          - {{ printf "http://%s-predictor.%s.svc.%s" (include "multinode-llm.fullname" .) .Release.Namespace .Values.clusterDomain | quote }}
+          - --model
+          - {{ include "multinode-llm.servedModelName" . | quote }}
+          - --group-spec
+          - {{ $spec | quote }}
+          - --timeout
+          - {{ $timeout | quote }}
+        resources:
+          requests:
+            cpu: 10m
+            memory: 64Mi
+          limits:
+            cpu: 200m
+            memory: 128Mi
+        securityContext:
+          {{- toYaml .Values.securityContext | nindent 10 }}
+{{- end }} {{- /* define "multinode-llm.readinessJobSpec" */}}
