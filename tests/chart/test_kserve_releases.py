@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,22 @@ def test_notes_and_helm_test_say_when_the_release_never_reports_ready(version: s
     pod = next(d for d in render(version) if d["kind"] == "Pod")
     names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert ("STATUS_NOTE" in names) is stuck
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_the_readiness_job_asks_the_service_each_release_makes_for_the_head(version: str) -> None:
+    """await-group reaches the group as a client does: the predictor Service KServe creates, on
+    its port 80, selecting the head's pods and not the workers'."""
+    objects = render(version)
+    [group] = admitted(version, ("llm", "serving", objects))
+    job = next(d for d in objects if d["kind"] == "Job" and "-ready-" in d["metadata"]["name"])
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    url = urllib.parse.urlsplit(args[1])
+    [service] = [s for s in group.running_services if not s.headless]
+    assert url.hostname == f"{service.name}.serving.svc.cluster.local"
+    assert (url.port or 80, 8080) in service.ports
+    assert service.selector.items() <= group.head.labels.items()
+    assert not service.selector.items() <= group.worker.labels.items()
 
 
 def run_helm_install(values: dict[str, Any]) -> str:

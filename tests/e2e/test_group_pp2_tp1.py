@@ -6,6 +6,8 @@ kill a pod come last and each waits until the group serves again before the next
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,8 @@ from pathlib import Path
 import pytest
 import serving_checks as checks
 from groups import LocalGroup, local_group, record, serves_now
+from multinode_llm.local import cluster
+from multinode_llm.local.chart import find_chart
 from multinode_llm.local.kserve import releases
 
 SCENARIO = "PP=2 TP=1"
@@ -62,6 +66,33 @@ def test_kserve_reports_the_serving_group_as_its_release_does(group: LocalGroup)
     [isvc] = group.status()["inferenceservices"]
     expected = "Unknown" if release.controller.readiness == "stuck" else "True"
     assert isvc["PredictorReady"]["status"] == expected
+
+
+def _await_group(group: LocalGroup, spec: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The chart's readiness Job, as rendered for this group, run against its forwarded Service
+    (the Job's own URL is the predictor Service's in-cluster name; tests/chart checks it)."""
+    objects = cluster.render(
+        find_chart(), [cluster.DEFAULT_VALUES], [], group.plan.release, group.plan.namespace
+    )
+    job = next(d for d in objects if d["kind"] == "Job" and "-ready-" in d["metadata"]["name"])
+    args = list(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    args[1] = group.base_url
+    if spec is not None:
+        args[args.index("--group-spec") + 1] = spec
+    args[args.index("--timeout") + 1] = "120" if spec is None else "3"
+    argv = [sys.executable, "-m", "multinode_llm", *args, "--interval", "1"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_the_charts_readiness_job_ends_on_this_group_and_only_on_its_spec(
+    group: LocalGroup,
+) -> None:
+    done = _await_group(group)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "serves 'tiny-llama'" in done.stdout
+    other = _await_group(group, spec="000000000000")
+    assert other.returncode == 1
+    assert "not 000000000000" in other.stderr
 
 
 def test_a_killed_worker_restarts_the_group_without_a_manual_step(

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-
 from multinode_llm.cli import main
 from multinode_llm.health import await_group
 
