@@ -247,9 +247,9 @@ client's own node. Context: root. */}}
 {{- mulf (float64 $number) (get $units $unit) | ceil | int64 }}
 {{- end }}
 
-{{- /* The kubelet's size limit of an emptyDir store: the store size plus 5% (at least 1Gi) for the
-metadata and filesystem overhead beside the blobs, so that eviction by the cache, never by the
-kubelet, keeps it in bounds. In Mi. Context: root. */}}
+{{- /* The kubelet's size limit of an emptyDir store: the store size plus 5% (at least 1Gi) of
+headroom for the filesystem (the cache counts its metadata within the size), so that eviction by
+the cache, never by the kubelet, keeps it in bounds. In Mi. Context: root. */}}
 {{- define "multinode-llm.cacheStoreSizeLimit" -}}
 {{- $bytes := include "multinode-llm.quantityBytes" .Values.modelCache.store.size | float64 }}
 {{- $headroom := max (divf $bytes 20 | ceil | int64) 1073741824 }}

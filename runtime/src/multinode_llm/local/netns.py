@@ -120,8 +120,12 @@ class Network:
     def destroy(self) -> None:
         """Remove every namespace, veth, hosts file and bridge this prefix names. Safe to repeat."""
         for namespace in namespaces_with_prefix(self.prefix):
-            _ip("netns", "delete", namespace, check=False)  # takes its end of the veth pair along
+            _ip("netns", "delete", namespace, check=False)
             shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)
+        # Deleting a namespace takes the veth pair with it only once nothing holds the namespace
+        # (a process still exiting does): delete the host-side ends by name, too.
+        for link in _links_with_prefix(f"{self.prefix}-v"):
+            _ip("link", "delete", link, check=False)
         _ip("link", "delete", self.bridge, check=False)
         self.hosts.clear()
 
@@ -130,6 +134,15 @@ def namespaces_with_prefix(prefix: str) -> list[str]:
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
     names = [line.split()[0] for line in listing.stdout.splitlines() if line.strip()]
     return [name for name in names if name.startswith(f"{prefix}-")]
+
+
+def _links_with_prefix(prefix: str) -> list[str]:
+    listing = subprocess.run(
+        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=False
+    )
+    # "7: llm-v2@if6: <BROADCAST,...": the name, less the peer's "@ifN"
+    names = [line.split(":", 2)[1].strip().split("@", 1)[0] for line in listing.stdout.splitlines()]
+    return [name for name in names if name.startswith(prefix)]
 
 
 def require_root() -> None:
