@@ -3,7 +3,7 @@
 The one readiness signal that holds on every KServe release (KServe 0.16 to 0.19 never report a
 multi-node InferenceService Ready, and its ``status.observedGeneration`` is the head Deployment's):
 the chart runs this in a Job (templates/group-ready.yaml) named after the group's spec hash, so that
-``helm install --wait`` (Helm 4; Helm 3 with ``--wait-for-jobs``), ``kubectl wait
+``helm install --wait --wait-for-jobs`` (Helm 3 and 4), ``kubectl wait
 --for=condition=complete job/...`` and an Argo CD sync (wave 1) all end when it ends.
 
 Through the InferenceService's Service, as a client would, it waits until
