@@ -8,6 +8,7 @@ the chart, and assert the properties users rely on, from the same renders.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -130,3 +131,43 @@ def test_no_job_keeps_its_name_with_a_new_spec(outcomes: dict[str, Any]) -> None
     """A Job's pod template is immutable: the API server would refuse the upgrade."""
     stuck = {v: o.jobs for v, o in outcomes.items() if "spec changed" in o.jobs.values()}
     assert stuck == {}
+
+
+RUNTIME_ONLY = ["image.tag", "head.probes.*", "worker.probes.*", "shm.sizeLimit"]
+
+
+@pytest.mark.parametrize("value", RUNTIME_ONLY)
+def test_a_runtime_only_change_keeps_the_generation_with_recreate(
+    outcomes: dict[str, Any], value: str
+) -> None:
+    """On 0.16+ with Recreate the head learns the group's spec hash from the runtime: a change of
+    the runtime alone leaves the InferenceService's spec, so no new headless Services."""
+    change = outcomes[value]
+    assert change.generations == (1, 1)
+    assert change.new_services == []
+    assert "env MULTINODE_LLM_GROUP_SPEC" in change.head  # the readiness Job tells the new head
+    assert change.jobs["readiness"] == "new"
+
+
+@pytest.mark.parametrize("value", RUNTIME_ONLY)
+@pytest.mark.parametrize("where", ["RollingUpdate", "KServe 0.15.2"])
+def test_where_the_runtime_would_not_do_a_pod_change_is_a_new_generation(
+    value: str, where: str
+) -> None:
+    """RollingUpdate: the new pods need headless Services of their own, or a new head beside the
+    old one, whose workers stay with it, never forms. 0.15.x does not watch runtimes: only a change
+    of the InferenceService reaches the pods at once. Both get the hash in the InferenceService."""
+    if not helm("helm4").exists():
+        pytest.skip(f"{helm('helm4')} missing: run `bash hack/install-tools.sh`")
+    module = matrix()
+    change = next(c for c in module.CHANGES if c.value == value)
+    if where == "RollingUpdate":
+        base, kserve = {"strategy": {"type": "RollingUpdate"}}, None
+    else:
+        base, kserve = {"kserve": {"version": "0.15.2"}}, ("0.15.2", "0.15.2")
+    change = dataclasses.replace(change, before=module.merged(base, change.before), kserve=kserve)
+    outcome = module.measure(change)
+    assert outcome.generations == (1, 2), where
+    assert outcome.new_services, where
+    assert "label isvc.generation" in outcome.head
+    assert "label isvc.generation" in outcome.worker

@@ -130,3 +130,28 @@ def test_the_services_go_with_the_inference_service() -> None:
     cluster.uninstall("demo", "default")
     assert names(cluster) == []
     assert names(cluster, isvc="other") == expected("0.19.0", 1, isvc="other")
+
+
+@pytest.mark.parametrize("version", ["0.15.1", "0.15.2", "0.16.0", "0.19.0"])
+def test_a_runtime_change_reaches_the_pods_only_where_kserve_watches_runtimes(
+    version: str,
+) -> None:
+    """0.16.0+ reconcile the InferenceServices of a runtime whose spec changed (controller.go
+    ``servingRuntimeFunc``); 0.15.x has no such watch: the pods keep the runtime KServe last read
+    until an event of the InferenceService or of what it owns (``resync``)."""
+    cluster = kserve.Cluster(releases.get(version))
+    objects = rendered(version=version)
+    cluster.apply(objects, "demo", "default")
+    [first] = cluster.reconcile()
+    runtime = next(o for o in objects if o["kind"] in kserve.RUNTIME_KINDS)
+    runtime["spec"]["containers"][0]["image"] = "example.com/runtime:new"
+    cluster.apply(objects, "demo", "default")
+    [second] = cluster.reconcile()
+    watches = releases.get(version).controller.watches_runtimes
+    assert watches is (not version.startswith("0.15."))
+    image = second.head.container["image"]
+    assert (image == "example.com/runtime:new") is watches
+    assert second.generation == first.generation == 1
+    cluster.resync()
+    [third] = cluster.reconcile()
+    assert third.head.container["image"] == "example.com/runtime:new"

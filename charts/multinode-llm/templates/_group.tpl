@@ -3,8 +3,11 @@ The group's objects as KServe reads them: the runtime's spec and the InferenceSe
 They are defines, so that "multinode-llm.groupSpec" can hash exactly what reaches the group's pods.
 */}}
 
-{{- /* The (Cluster)ServingRuntime's spec. Context: root. */}}
+{{- /* The (Cluster)ServingRuntime's spec; with groupSpec (the hash of the rest) the head is told
+it, where groupSpecHome is "runtime". Context: dict "root" $ "groupSpec" hash-or-empty. */}}
 {{- define "multinode-llm.runtimeSpec" -}}
+{{- $groupSpec := .groupSpec }}
+{{- with .root -}}
 annotations:
   prometheus.kserve.io/port: "8080"
   prometheus.kserve.io/path: /metrics
@@ -38,6 +41,11 @@ containers:
         protocol: TCP
     env:
       {{- include "multinode-llm.groupEnv" . | nindent 6 }}
+      {{- if and $groupSpec (eq (include "multinode-llm.groupSpecHome" .) "runtime") }}
+      {{- /* the head tells which spec it runs: the readiness Job waits for this one */}}
+      - name: MULTINODE_LLM_GROUP_SPEC
+        value: {{ $groupSpec | quote }}
+      {{- end }}
     {{- include "multinode-llm.probes" (dict "probes" .Values.head.probes) | nindent 4 }}
     securityContext:
       {{- toYaml .Values.securityContext | nindent 6 }}
@@ -69,10 +77,11 @@ workerSpec:
         {{- include "multinode-llm.groupVolumeMounts" . | nindent 8 }}
   volumes:
     {{- include "multinode-llm.groupVolumes" . | nindent 4 }}
+{{- end }}
 {{- end }} {{- /* define "multinode-llm.runtimeSpec" */}}
 
 {{- /* The InferenceService's spec.predictor; with groupSpec (the hash of the rest) the head is told
-it. Context: dict "root" $ "groupSpec" hash-or-empty. */}}
+it, where groupSpecHome is "inferenceService". Context: dict "root" $ "groupSpec" hash-or-empty. */}}
 {{- define "multinode-llm.isvcPredictor" -}}
 {{- $groupSpec := .groupSpec }}
 {{- with .root -}}
@@ -116,9 +125,9 @@ model:
   {{- /* the head serves the snapshot this revision was staged as (staging/layout.py) */}}
   {{- $headEnv = prepend $headEnv (dict "name" "MODEL_REVISION" "value" (include "multinode-llm.modelRevision" .)) }}
   {{- end }}
-  {{- with $groupSpec }}
+  {{- if and $groupSpec (eq (include "multinode-llm.groupSpecHome" .) "inferenceService") }}
   {{- /* the head tells which spec it runs: the readiness Job waits for this one (group-ready.yaml) */}}
-  {{- $headEnv = prepend $headEnv (dict "name" "MULTINODE_LLM_GROUP_SPEC" "value" .) }}
+  {{- $headEnv = prepend $headEnv (dict "name" "MULTINODE_LLM_GROUP_SPEC" "value" $groupSpec) }}
   {{- end }}
   {{- with $headEnv }}
   {{- $env := list }}
@@ -166,10 +175,31 @@ workerSpec:
 {{- end }}
 {{- end }} {{- /* define "multinode-llm.isvcPredictor" */}}
 
+{{- /* Where the head is told the group's spec hash (MULTINODE_LLM_GROUP_SPEC), so that every change
+of the hash reaches the head at once and restarts no more than KServe would anyway:
+- "runtime" (the runtime's head container): a runtime-only change stays a runtime change, the
+  InferenceService keeps its generation (no new headless Services) and only the Deployments whose
+  pods change roll. A worker-only change rolls the head too (it restarts in place anyway when its
+  workers go, DEVELOPERS.md).
+- "inferenceService" (its head env), where the runtime would not do:
+  * RollingUpdate: the whole group must roll as one new generation. A new head beside the old one
+    under the same <isvc>-head-<gen> Service, with workers that stay with the old head, never forms;
+    a new generation gives the new pods their own headless Services.
+  * a release that does not watch runtimes (0.15.x, controller.watchesRuntimes false): a runtime
+    change would reach the pods only at KServe's next event for the InferenceService.
+Context: root. */}}
+{{- define "multinode-llm.groupSpecHome" -}}
+{{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
+{{- if or (eq .Values.strategy.type "RollingUpdate") (not $release.controller.watchesRuntimes) -}}
+inferenceService
+{{- else -}}
+runtime
+{{- end }}
+{{- end }}
+
 {{- /* A hash of everything that shapes the group's pods: the runtime's spec, the InferenceService's
-labels and annotations (KServe copies both into the pod templates) and its predictor. It changes
-exactly when the pods would change anyway, so telling the head costs no extra restart. Context:
-root. */}}
+labels and annotations (KServe copies both into the pod templates) and its predictor, but not the
+Deployments' own settings (strategy, replicas) nor the hash's home. Context: root. */}}
 {{- define "multinode-llm.groupSpec" -}}
 {{- $isvcMeta := dict "labels" .Values.inferenceService.labels "annotations" .Values.inferenceService.annotations }}
 {{- $_ := set $isvcMeta "kserve" (list (include "multinode-llm.deploymentMode" .) (include "multinode-llm.requiredAutoscalerClass" .) (include "multinode-llm.gpuTypesAnnotation" .)) }}
@@ -178,7 +208,7 @@ root. */}}
 {{- range $field := list "deploymentStrategy" "minReplicas" "maxReplicas" }}
 {{- $_ := unset $predictor $field }}
 {{- end }}
-{{- $parts := list (include "multinode-llm.runtimeSpec" .) (toJson $isvcMeta) (toJson $predictor) }}
+{{- $parts := list (include "multinode-llm.runtimeSpec" (dict "root" . "groupSpec" "")) (toJson $isvcMeta) (toJson $predictor) }}
 {{- join "\n---\n" $parts | sha256sum | trunc 16 }}
 {{- end }}
 

@@ -13,7 +13,9 @@ release owns what, and reconciles every InferenceService. It keeps the Services 
 (``services_of``): KServe names the headless ones after the InferenceService's generation
 (``generation``), and a newer generation does not delete the older ones (0.17+: they stay until the
 InferenceService goes) except where the release's own cleanup does (0.15.x-0.16.0: every head
-Service but the 3 newest, cluster-wide; 0.20.0: every one but ``<isvc>-predictor``).
+Service but the 3 newest, cluster-wide; 0.20.0: every one but ``<isvc>-predictor``). A release that
+does not watch runtimes (0.15.x) reconciles an InferenceService with the runtime it last read until
+an event of the InferenceService (or of what it owns: ``resync``) makes it read the runtime again.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ class _Stored:
     obj: Obj
     owner: tuple[str, str] | None  # (Helm release, its namespace); None: KServe's own
     generation: int = 1
+    # An InferenceService's runtime as the controller last read it, and whether the InferenceService
+    # changed since (an event that makes a release that does not watch runtimes read it again).
+    runtime_read: Obj | None = None
+    changed: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,17 @@ class Cluster:
                     del self.services[(key[1], name)]
 
     def upgrade_kserve(self, release: Release) -> None:
-        """Install another KServe release over the objects stored (webhooks change, data stays)."""
-        self.release = release
+        """Install another KServe release over the objects stored (webhooks change, data stays);
+        a new controller starts by reading everything."""
+        if release != self.release:
+            self.release = release
+            self.resync()
+
+    def resync(self) -> None:
+        """An event for every InferenceService (a Deployment's status changes, or the controller's
+        periodic resync, 10 hours by default): the next reconcile reads each runtime again."""
+        for stored in self.objects.values():
+            stored.changed = True
 
     def isvcs(self) -> list[Obj]:
         return [s.obj for k, s in self.objects.items() if k[0] == "InferenceService"]
@@ -131,6 +146,14 @@ class Cluster:
                 continue
             isvc = stored.obj
             runtime = self._runtime_for(isvc)
+            read = stored.runtime_read
+            if (
+                read is not None
+                and not stored.changed
+                and not self.release.controller.watches_runtimes
+            ):
+                runtime = read  # no event reached the controller since it last read the runtime
+            stored.runtime_read, stored.changed = copy.deepcopy(runtime), False
             result = controller.reconcile(self.release, isvc, runtime, stored.generation)
             self._record_mode(isvc)
             self._reconcile_services(result)
@@ -163,6 +186,9 @@ class Cluster:
             changed = defaulted.get("spec") != stored.obj.get("spec")
             generation = stored.generation + (1 if changed else 0)
         self.objects[key] = _Stored(defaulted, owner, generation)
+        if stored is not None and stored.obj["metadata"] == defaulted["metadata"] and not changed:
+            # an update that changes nothing sends the controller no event
+            self.objects[key].runtime_read, self.objects[key].changed = stored.runtime_read, False
 
     def _runtime_for(self, isvc: Obj) -> Obj:
         model = isvc["spec"]["predictor"].get("model") or {}

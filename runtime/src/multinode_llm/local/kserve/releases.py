@@ -50,6 +50,7 @@ class Controller:
     legacy_status_is_raw: bool
     deletes_workers: bool
     readiness: str  # available | stuck | progressing
+    watches_runtimes: bool  # a runtime's spec update reconciles its InferenceServices
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ def _release(version: str) -> Release:
             legacy_status_is_raw=bool(controller["legacyStatusIsRaw"]),
             deletes_workers=bool(controller["deletesWorkers"]),
             readiness=controller["readiness"],
+            watches_runtimes=bool(controller["watchesRuntimes"]),
         ),
         storage_initializer=StorageInitializer(
             package=storage["package"],
