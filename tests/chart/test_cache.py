@@ -289,7 +289,7 @@ def test_the_notes_say_where_the_cache_answers_and_how_releases_use_it(helm4: st
     notes = result.stdout.split("NOTES:", 1)[1]
     assert f"--set modelCache.endpoint={NODE_LOCAL}" in notes
     assert "rollout status daemonset/llm-multinode-llm-cache" in notes
-    assert "storageContainerName: llm-multinode-llm-hf" in notes
+    assert "storageContainerName: llm-multinode-llm-serving-hf" in notes
     assert "port-forward" not in notes.split("Hits")[0], "no model: no predictor port-forward"
     with_model = install_dry_run(
         helm4, values=deep_merge(CACHE_ONLY, {"model": {"uri": "pvc://models/llama"}})

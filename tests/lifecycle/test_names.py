@@ -118,25 +118,7 @@ def cluster_scoped(docs: list[Doc]) -> set[Key]:
     return {Key.of(d) for d in docs if d["kind"] in CLUSTER_SCOPED}
 
 
-# The ClusterStorageContainer (modelCache.storageContainer.enabled) is still named after the
-# release only: release llm with it in two namespaces collides (README: one cache per cluster).
-KNOWN_COLLISIONS = {"model-cache"}
-
-
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="ClusterStorageContainer named <fullname>-hf in every namespace"
-            )
-            if name in KNOWN_COLLISIONS
-            else (),
-        )
-        for name in sorted(chartlib.scenarios())
-    ],
-)
+@pytest.mark.parametrize("scenario", sorted(chartlib.scenarios()))
 def test_no_cluster_scoped_object_is_shared_by_two_namespaces(scenario: str) -> None:
     """Every shipped scenario with a ClusterServingRuntime (the scope that renders cluster-scoped
     objects besides the opt-in ClusterStorageContainer): the cluster-scoped objects of release llm

@@ -228,7 +228,8 @@ client's own node. Context: root. */}}
 
 {{- /* Name of the ClusterStorageContainer. Context: root. */}}
 {{- define "multinode-llm.storageContainerName" -}}
-{{- default (printf "%s-hf" (include "multinode-llm.fullname" .)) .Values.modelCache.storageContainer.name }}
+{{- /* cluster-scoped: the namespace keeps two releases of one name apart */}}
+{{- default (printf "%s-%s-hf" (include "multinode-llm.fullname" .) .Release.Namespace | trunc 253) .Values.modelCache.storageContainer.name }}
 {{- end }}
 
 {{- /* TCP port of modelCache.upstream: the explicit one, else 443 for https and 80 for http. Context: root. */}}
