@@ -10,6 +10,7 @@ table, and must keep passing for every release the table supports.
 from __future__ import annotations
 
 import copy
+import shlex
 import shutil
 import urllib.parse
 from pathlib import Path
@@ -313,3 +314,35 @@ def test_the_readiness_job_is_new_exactly_when_the_group_restarts() -> None:
     for change in ({"image.tag": "v2"}, {"vllm.args": ["--x"]}, {"parallelism.tensor": 4}):
         assert ready(**change)[1] != base[1], change
         assert ready(**change)[0] != base[0], change
+
+
+def readme_install() -> list[str]:
+    """The README's `helm install` command of "Install on a cluster", as argv."""
+    readme = (CHART.parents[1] / "README.md").read_text()
+    section = readme.split("## Install on a cluster", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    command = block.split("\nhelm test", 1)[0].replace("\\\n", " ")
+    return shlex.split(command)
+
+
+def test_the_readmes_own_install_is_admitted_and_runs_on_the_release_it_names() -> None:
+    """What a user copies from the README: KServe's webhooks of the release it sets admit it, and
+    its controller makes the group the README promises (a head and one worker, 2 GPUs each)."""
+    argv = readme_install()
+    assert argv[:3] == ["helm", "install", "qwen"]
+    assert {"--wait", "--wait-for-jobs"} <= set(argv), "the README waits for the readiness Job"
+    sets = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"]
+    namespace = argv[argv.index("--namespace") + 1]
+    asked = dict(s.split("=", 1) for s in sets)["kserve.version"]
+    version = releases.resolve(asked).version  # MAJOR.MINOR: its newest patch
+    args = ["template", "qwen", str(CHART), "--namespace", namespace]
+    for assignment in sets:
+        args += ["--set", assignment]
+    result = run_helm("helm4", *args)
+    assert result.returncode == 0, result.stderr
+    objects = result.documents()
+    [group] = admitted(version, ("qwen", namespace, objects))
+    assert (group.node_count, group.head_gpus, group.worker_gpus) == (2, 2, 2)
+    assert group.worker.replicas == 1
+    kinds = {d["kind"] for d in objects}
+    assert {"PersistentVolumeClaim", "Job", "InferenceService"} <= kinds

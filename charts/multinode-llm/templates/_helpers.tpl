@@ -580,7 +580,7 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $errors = append $errors (printf "modelCache.endpoint=%s with modelCache.enabled=true: a release either runs the cache (enabled) or downloads through one already running (endpoint); unset modelCache.endpoint, or set modelCache.enabled=false" $cache.endpoint) }}
 {{- end }}
 {{- if and $cache.enabled (include "multinode-llm.stagesModel" .) }}
-{{- $errors = append $errors (printf "modelCache.enabled=true with model.uri=%s: the download Job is a pre-install/pre-upgrade hook (PreSync in Argo CD), so it runs before any object of its own release exists and cannot use a cache this release starts; run the cache in its own release (helm install hub ./charts/multinode-llm -n model-cache --set modelCache.enabled=true), then set modelCache.endpoint here to the URL its notes print and modelCache.enabled=false" $uri) }}
+{{- $errors = append $errors (printf "modelCache.enabled=true with model.uri=%s: the download Job would race the cache this release starts (in Argo CD it runs in wave -1, before the cache exists), and the cache serves the whole cluster, so it should not come and go with one model; run the cache in its own release (helm install hub ./charts/multinode-llm -n model-cache --set modelCache.enabled=true), then set modelCache.endpoint here to the URL its notes print and modelCache.enabled=false" $uri) }}
 {{- end }}
 {{- if and $cache.storageContainer.enabled (not $cache.enabled) }}
 {{- $errors = append $errors "modelCache.storageContainer.enabled=true points KServe's storage initializer at the cache this release runs, but modelCache.enabled=false; set modelCache.enabled=true, or render the storage container in the release that runs the cache" }}
