@@ -10,22 +10,9 @@ import resource
 import signal
 import sys
 
+from head_facts import SERVING
 from multinode_llm.health.server import StatusServer
-from multinode_llm.health.state import HeadFacts, HealthState
-
-SERVING = HeadFacts(
-    ray_running=True,
-    engine_started=True,
-    engine_running=True,
-    engine_healthy=True,
-    model_listed=True,
-    engine_answered_once=True,
-    nodes=2,
-    expected_nodes=2,
-    gpus=2,
-    expected_gpus=2,
-    group_formed=True,
-)
+from multinode_llm.health.state import HealthState
 
 
 async def main(port: int) -> None:

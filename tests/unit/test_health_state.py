@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from head_facts import SERVING
 from multinode_llm.health.state import (
     ENGINE_SILENCE_LIMIT_S,
     HeadFacts,
@@ -13,19 +14,6 @@ from multinode_llm.health.state import (
     worker_probes,
 )
 
-SERVING = HeadFacts(
-    ray_running=True,
-    engine_started=True,
-    engine_running=True,
-    engine_healthy=True,
-    model_listed=True,
-    engine_answered_once=True,
-    nodes=2,
-    expected_nodes=2,
-    gpus=2,
-    expected_gpus=2,
-    group_formed=True,
-)
 WAITING = HeadFacts(
     ray_running=True,
     engine_started=True,

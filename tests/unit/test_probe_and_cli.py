@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from head_facts import SERVING
 from multinode_llm.cli import main
 from multinode_llm.health.server import StatusServer
 from multinode_llm.health.state import HeadFacts, HealthState
@@ -44,21 +45,7 @@ def test_probe_follows_the_supervisor_state(
     assert main(["probe", "live", "--port", str(port)]) == 0
     assert main(["probe", "ready", "--port", str(port)]) == 1
     assert "ready: failing: starting" in capsys.readouterr().err
-    state.update(
-        HeadFacts(
-            ray_running=True,
-            engine_started=True,
-            engine_running=True,
-            engine_healthy=True,
-            model_listed=True,
-            engine_answered_once=True,
-            nodes=2,
-            expected_nodes=2,
-            gpus=2,
-            expected_gpus=2,
-            group_formed=True,
-        )
-    )
+    state.update(SERVING)
     assert main(["probe", "startup", "--port", str(port)]) == 0
     assert main(["probe", "ready", "--port", str(port)]) == 0
     state.update(HeadFacts(ray_running=True, engine_started=True, engine_running=False))
