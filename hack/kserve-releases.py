@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docsection  # beside this file, in hack/
+
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"
 DOC = ROOT / "docs" / "kserve-releases.md"
@@ -102,28 +105,13 @@ def render(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def updated(doc: str, table: dict[str, Any]) -> str:
-    if START not in doc or END not in doc:
-        raise SystemExit(f"{DOC} lacks the markers {START!r} and {END!r}")
-    head, rest = doc.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n\n{render(table)}\n\n{END}{tail}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the doc has drifted")
     args = parser.parse_args()
     table = yaml.safe_load(TABLE.read_text())
-    doc = DOC.read_text()
-    new = updated(doc, table)
-    if args.check:
-        if new != doc:
-            print(f"{DOC} has drifted from {TABLE}: run python3 hack/kserve-releases.py")
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    new = docsection.replaced(DOC.read_text(), START, END, render(table), DOC)
+    return docsection.write_or_check(DOC, new, args.check, "hack/kserve-releases.py")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docsection  # beside this file, in hack/
+
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "multinode-llm"
 DOC = ROOT / "docs" / "upgrades.md"
@@ -528,14 +531,6 @@ def restart_class(o: Outcome) -> str:
     return CLASSES[4] if any(s != "same" for s in o.jobs.values()) else CLASSES[5]
 
 
-def updated(doc: str, generated: str) -> str:
-    if START not in doc or END not in doc:
-        raise SystemExit(f"{DOC} lacks the markers {START!r} and {END!r}")
-    head, rest = doc.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n\n{generated}\n\n{END}{tail}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the doc has drifted")
@@ -549,15 +544,8 @@ def main() -> int:
     if args.print:
         print(generated)
         return 0
-    doc = DOC.read_text()
-    new = updated(doc, generated)
-    if args.check:
-        if new != doc:
-            print(f"{DOC} has drifted from the chart: run python3 hack/upgrade-matrix.py")
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    new = docsection.replaced(DOC.read_text(), START, END, generated, DOC)
+    return docsection.write_or_check(DOC, new, args.check, "hack/upgrade-matrix.py")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docsection  # beside this file, in hack/
+
 ROOT = Path(__file__).resolve().parents[1]
 VALUES = ROOT / "charts" / "multinode-llm" / "values.yaml"
 README = ROOT / "README.md"
@@ -99,21 +102,11 @@ def cell(text: str) -> str:
 
 
 def table_markdown() -> str:
-    lines = [START, "", "| Key | Type | Default | Description |", "|---|---|---|---|"]
+    lines = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     lines += [
         f"| `{r.key}` | {r.type} | `{cell(r.default)}` | {cell(r.description)} |" for r in rows()
     ]
-    return "\n".join([*lines, "", END])
-
-
-def with_table(readme: str) -> str:
-    if START not in readme or END not in readme:
-        raise SystemExit(
-            f"{README}: markers missing; add the lines\n{START}\n{END}\nwhere the table belongs"
-        )
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
-    return before + table_markdown() + after
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -122,18 +115,8 @@ def main() -> int:
         "--check", action="store_true", help="exit 1 when README.md's table has drifted"
     )
     args = parser.parse_args()
-    current = README.read_text()
-    wanted = with_table(current)
-    if args.check:
-        if current != wanted:
-            print(
-                "README.md's values table is out of date: run `python3 hack/values-table.py`",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    README.write_text(wanted)
-    return 0
+    new = docsection.replaced(README.read_text(), START, END, table_markdown(), README)
+    return docsection.write_or_check(README, new, args.check, "hack/values-table.py")
 
 
 if __name__ == "__main__":
