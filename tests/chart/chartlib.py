@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "multinode-llm"
+
+
+def hack_script(name: str) -> ModuleType:
+    """hack/NAME.py loaded as a module (its name has a dash: it cannot be imported)."""
+    spec = importlib.util.spec_from_file_location(
+        name.replace("-", "_"), ROOT / "hack" / f"{name}.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 EXAMPLES = CHART / "examples"
 CI_VALUES = CHART / "ci"
 SCHEMAS = ROOT / "schemas"

@@ -3,7 +3,6 @@ values table is what hack/values-table.py generates from values.yaml."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,17 +10,11 @@ from types import ModuleType
 from typing import Any
 
 import yaml
-from chartlib import CHART, ROOT
+from chartlib import CHART, ROOT, hack_script
 
 
 def values_table() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("values_table", ROOT / "hack" / "values-table.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return hack_script("values-table")
 
 
 def leaf_paths(node: Any, prefix: str = "") -> list[str]:

@@ -9,27 +9,20 @@ the chart, and assert the properties users rely on, from the same renders.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import subprocess
 import sys
 from types import ModuleType
 from typing import Any
 
 import pytest
-from chartlib import ROOT, helm
+from chartlib import ROOT, hack_script, helm
 from multinode_llm.local.kserve import releases
 
 SCRIPT = ROOT / "hack" / "upgrade-matrix.py"
 
 
 def matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("upgrade_matrix", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return hack_script("upgrade-matrix")
 
 
 @pytest.fixture(scope="module")
