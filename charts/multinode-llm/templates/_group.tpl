@@ -221,7 +221,7 @@ its spec (which holds the group's spec hash). Context: root. */}}
 {{- /* The readiness Job's spec (group-ready.yaml). Context: root. */}}
 {{- define "multinode-llm.readinessJobSpec" -}}
 {{- $spec := include "multinode-llm.groupSpec" . }}
-{{- $budget := add (int (.Values.head.probes.startup.initialDelaySeconds | default 0)) (mul (int .Values.head.probes.startup.periodSeconds) (int .Values.head.probes.startup.failureThreshold)) }}
+{{- $budget := include "multinode-llm.startupBudget" .Values.head.probes.startup | int }}
 {{- $timeout := add $budget (ternary .Values.download.activeDeadlineSeconds 0 (not (empty (include "multinode-llm.stagesModel" .)))) -}}
 backoffLimit: 2
 activeDeadlineSeconds: {{ add $timeout 300 }}

@@ -641,8 +641,7 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- end }}
 
 {{- /* the head must give up on a missing worker, and say so, before kubelet kills it */}}
-{{- $startup := $v.head.probes.startup }}
-{{- $budget := add (int ($startup.initialDelaySeconds | default 0)) (mul (int $startup.periodSeconds) (int $startup.failureThreshold)) }}
+{{- $budget := include "multinode-llm.startupBudget" $v.head.probes.startup }}
 {{- if ge (int $v.group.waitTimeoutSeconds) (int $budget) }}
 {{- $errors = append $errors (printf "group.waitTimeoutSeconds=%d must be shorter than the head's startup budget of %d s (head.probes.startup: initialDelaySeconds + periodSeconds x failureThreshold), so the head can exit naming the missing worker before kubelet kills it; lower group.waitTimeoutSeconds or raise head.probes.startup.failureThreshold" (int $v.group.waitTimeoutSeconds) (int $budget)) }}
 {{- end }}
@@ -651,3 +650,9 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- fail (printf "\n\nmultinode-llm: %d value(s) to fix:\n  - %s\n" (len $errors) (join "\n  - " $errors)) }}
 {{- end }}
 {{- end }} {{- /* define "multinode-llm.validate" */}}
+
+{{- /* Seconds kubelet lets a container start before it restarts it: initialDelaySeconds +
+periodSeconds x failureThreshold of its startup probe. Context: the probe (head.probes.startup). */}}
+{{- define "multinode-llm.startupBudget" -}}
+{{- add (int (.initialDelaySeconds | default 0)) (mul (int .periodSeconds) (int .failureThreshold)) }}
+{{- end }}
