@@ -164,3 +164,26 @@ def test_where_the_runtime_would_not_do_a_pod_change_is_a_new_generation(
     assert outcome.new_services, where
     assert "label isvc.generation" in outcome.head
     assert "label isvc.generation" in outcome.worker
+
+
+@pytest.mark.parametrize("version", releases.versions("supported"))
+def test_a_head_only_runtime_change_reaches_the_head_at_once_on_every_release(
+    version: str,
+) -> None:
+    """Whether or not the release watches runtimes (controller.watchesRuntimes), the new probe
+    reaches the head's pod template in the same reconcile, and the readiness Job waits for it:
+    a new generation exactly where KServe would not notice a runtime change alone."""
+    if not helm("helm4").exists():
+        pytest.skip(f"{helm('helm4')} missing: run `bash hack/install-tools.sh`")
+    module = matrix()
+    change = next(c for c in module.CHANGES if c.value == "head.probes.*")
+    base = {"kserve": {"version": version}}
+    change = dataclasses.replace(
+        change, before=module.merged(base, change.before), kserve=(version, version)
+    )
+    outcome = module.measure(change)
+    watches = releases.get(version).controller.watches_runtimes
+    assert "readinessProbe" in outcome.head
+    assert "env MULTINODE_LLM_GROUP_SPEC" in outcome.head
+    assert outcome.generations == ((1, 1) if watches else (1, 2))
+    assert outcome.jobs["readiness"] == "new"

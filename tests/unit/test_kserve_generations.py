@@ -18,7 +18,7 @@ import pytest
 import yaml
 from multinode_llm.local import kserve
 from multinode_llm.local.kserve import releases
-from multinode_llm.local.kserve.admission import MODE
+from multinode_llm.local.kserve.admission import AUTOSCALER, MODE
 
 RENDERED = Path(__file__).with_name("data") / "rendered-multinode.yaml"
 KEEPS_OLD = ["0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0"]
@@ -132,7 +132,7 @@ def test_the_services_go_with_the_inference_service() -> None:
     assert names(cluster, isvc="other") == expected("0.19.0", 1, isvc="other")
 
 
-@pytest.mark.parametrize("version", ["0.15.1", "0.15.2", "0.16.0", "0.19.0"])
+@pytest.mark.parametrize("version", [v for v in releases.versions() if releases.get(v).source])
 def test_a_runtime_change_reaches_the_pods_only_where_kserve_watches_runtimes(
     version: str,
 ) -> None:
@@ -141,9 +141,13 @@ def test_a_runtime_change_reaches_the_pods_only_where_kserve_watches_runtimes(
     until an event of the InferenceService or of what it owns (``resync``)."""
     cluster = kserve.Cluster(releases.get(version))
     objects = rendered(version=version)
+    runtime = next(o for o in objects if o["kind"] in kserve.RUNTIME_KINDS)
+    # what 0.15.0's webhooks want besides: the sizes on the runtime, its autoscaler class
+    runtime["spec"]["workerSpec"].update(pipelineParallelSize=3, tensorParallelSize=2)
+    isvc = next(o for o in objects if o["kind"] == "InferenceService")
+    isvc["metadata"]["annotations"][AUTOSCALER] = releases.get(version).autoscaler_class
     cluster.apply(objects, "demo", "default")
     [first] = cluster.reconcile()
-    runtime = next(o for o in objects if o["kind"] in kserve.RUNTIME_KINDS)
     runtime["spec"]["containers"][0]["image"] = "example.com/runtime:new"
     cluster.apply(objects, "demo", "default")
     [second] = cluster.reconcile()
