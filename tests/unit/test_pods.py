@@ -242,7 +242,7 @@ def test_a_missing_model_path_on_the_claim_is_named(tmp_path: Path) -> None:
 
 def test_probes_get_kubernetes_defaults_and_named_ports(tmp_path: Path) -> None:
     spec = _pod_spec(
-        ports=[{"name": "status", "containerPort": 8081}],
+        ports=[{"name": "status", "containerPort": 8081}, {"containerPort": 6379}],
         readinessProbe={"httpGet": {"path": "/ready", "port": "status"}},
         livenessProbe={
             "tcpSocket": {"port": 8081},
@@ -252,6 +252,7 @@ def test_probes_get_kubernetes_defaults_and_named_ports(tmp_path: Path) -> None:
         startupProbe={"exec": {"command": ["true"]}, "failureThreshold": 60},
     )
     container = plan_pod(_identity(tmp_path), spec, [], {}).containers[0]
+    assert container.ports == {"status": 8081}  # what a PodMonitor's endpoint can name
     assert container.readiness is not None
     assert (
         container.readiness.kind,
@@ -317,7 +318,10 @@ def test_a_second_groups_pods_get_hosts_of_their_own() -> None:
 def test_the_cluster_plan_survives_a_round_trip_through_its_state_file(
     tmp_path: Path,
 ) -> None:
-    spec = _pod_spec(readinessProbe={"httpGet": {"path": "/ready", "port": 8081}})
+    spec = _pod_spec(
+        ports=[{"name": "status", "containerPort": 8081}],
+        readinessProbe={"httpGet": {"path": "/ready", "port": 8081}},
+    )
     pod = plan_pod(_identity(tmp_path), spec, [], {})
     plan = ClusterPlan(
         prefix="mnl",

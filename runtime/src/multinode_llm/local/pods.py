@@ -78,6 +78,8 @@ class ContainerPlan:
     startup: Probe | None = None
     readiness: Probe | None = None
     liveness: Probe | None = None
+    # Named container ports (name -> containerPort): what a PodMonitor's endpoint `port` selects.
+    ports: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,11 @@ def plan_container(
         startup=parse_probe(container.get("startupProbe"), container, what),
         readiness=parse_probe(container.get("readinessProbe"), container, what),
         liveness=parse_probe(container.get("livenessProbe"), container, what),
+        ports={
+            str(port["name"]): int(port["containerPort"])
+            for port in container.get("ports") or []
+            if port.get("name")
+        },
     )
 
 
