@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multinode_llm.local.cluster import down
 from multinode_llm.local.kubelet import Backoff, Kubelet, ProbeCounter, check
 from multinode_llm.local.netns import Network, namespaces_with_prefix
 from multinode_llm.local.pods import ContainerPlan, PodIdentity, Probe, plan_pod
@@ -125,7 +126,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Network, ClusterState]]:
 
 
 def _standin_pod(
-    network: Network, state: ClusterState, flags: Path, command: list[str] | None = None
+    network: Network,
+    state: ClusterState,
+    flags: Path,
+    command: list[str] | None = None,
+    scratch_at: str = "/mnt/scratch",
 ) -> Any:
     host = network.add_host("p")
     pod_spec = {
@@ -158,7 +163,7 @@ def _standin_pod(
                 "volumeMounts": [
                     {"name": "flags", "mountPath": "/mnt/flags"},
                     {"name": "code", "mountPath": "/mnt/code", "readOnly": True},
-                    {"name": "scratch", "mountPath": "/mnt/scratch"},
+                    {"name": "scratch", "mountPath": scratch_at},
                 ],
                 "startupProbe": {
                     "httpGet": {"path": "/startup", "port": 8081},
@@ -334,3 +339,50 @@ def test_the_container_sees_its_pod_not_the_host(
         lines[6],
     ]
     assert int(lines[6]) <= 5  # its own PID namespace: init, sh, ps, wc (not the host's processes)
+
+
+# A container that counts its runs in /tmp/runs, crashing after its first run.
+_COUNT_RUNS = (
+    "n=$(cat /tmp/runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > /tmp/runs; "
+    'echo "run $n"; if [ $n -lt 2 ]; then exit 3; fi; sleep 30'
+)
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("scratch_at", "kept"),
+    [("/tmp", True), ("/mnt/scratch", False)],
+    ids=["emptyDir at /tmp", "the container's own /tmp"],
+)
+def test_an_emptydir_outlives_a_container_restart_and_goes_with_the_pod(
+    cluster: tuple[Network, ClusterState],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scratch_at: str,
+    kept: bool,
+) -> None:
+    """As kubelet keeps a pod's emptyDir across restarts of its containers (the supervisors'
+    restarts file lives on the chart's /tmp emptyDir), while a container's own /tmp, its image
+    layer, is new on every start; removing the pod (``local down``) removes its emptyDirs."""
+    network, state = cluster
+    plan = _standin_pod(
+        network, state, tmp_path, command=["sh", "-c", _COUNT_RUNS], scratch_at=scratch_at
+    )
+    pod_dir = Path(plan.pods[0].directory)
+    second_log = pod_dir / "standin-1.log"
+
+    async def scenario(kubelet: Kubelet) -> None:
+        runner = kubelet.runners["standin-0"][0]
+        await _wait(lambda: runner.status["restarts"] >= 1, 30, "the restart after the crash")
+        await _wait(lambda: second_log.exists() and "run" in second_log.read_text(), 20, "run 2")
+
+    _run(state, plan, scenario)
+    assert (pod_dir / "standin-0.log").read_text().split() == ["run", "1"]
+    assert second_log.read_text().split() == ["run", "2" if kept else "1"]
+    emptydir = pod_dir / "volumes" / "scratch"
+    assert (emptydir / "runs").exists() == kept
+    # The kubelet ran in this process and is stopped: its pid file would make down stop this one.
+    state.pid_file.unlink(missing_ok=True)
+    monkeypatch.setenv("MULTINODE_LLM_LOCAL_STATE", str(state.directory.parent))
+    down(state.prefix)
+    assert not emptydir.exists()

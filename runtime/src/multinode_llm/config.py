@@ -28,6 +28,10 @@ DEFAULT_WAIT_TIMEOUT_S = 600.0
 DEFAULT_HTTP_PORT = 8080
 DEFAULT_STATUS_PORT = 8081
 DEFAULT_RAY_TEMP_DIR = Path("/tmp/ray")  # noqa: S108 - Ray's own default, inside the pod
+# The pod's writable scratch: the chart mounts an emptyDir there, which kubelet keeps across
+# container restarts (HOME and Ray's session dir live there too). TMPDIR overrides it.
+DEFAULT_SCRATCH_DIR = Path("/tmp")  # noqa: S108 - inside the pod
+RESTARTS_FILE_NAME = "multinode-llm-restarts.json"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 
 Overrides = Mapping[str, object]
@@ -62,6 +66,12 @@ class Node:
     pod_name: str = ""
     pod_namespace: str = ""
     derived: tuple[str, ...] = ()  # "RAY_NODE_COUNT=2 from PIPELINE_PARALLEL_SIZE", for the log
+    scratch_dir: Path = DEFAULT_SCRATCH_DIR  # TMPDIR, else /tmp: kept across container restarts
+
+    @property
+    def restarts_file(self) -> Path:
+        """Where the supervisor counts its restarts by cause (health/restarts.py)."""
+        return self.scratch_dir / RESTARTS_FILE_NAME
 
 
 @dataclass(frozen=True)
@@ -191,6 +201,7 @@ def _node(reader: _Reader) -> Node:
         pod_name=reader.env.get("POD_NAME", ""),
         pod_namespace=reader.env.get("POD_NAMESPACE", ""),
         derived=tuple(derived),
+        scratch_dir=Path(reader.env.get("TMPDIR", "").strip() or DEFAULT_SCRATCH_DIR),
     )
 
 

@@ -28,6 +28,7 @@ from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import backoff
 from multinode_llm.group.supervisor import TICK_S, Deadline, GroupError, Supervisor, port_open
+from multinode_llm.health import restarts
 from multinode_llm.serving.command import engine_command, engine_env
 from multinode_llm.staging.layout import NotStagedError, read_ref, staged_model
 
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 class HeadSupervisor(Supervisor):
     def __init__(self, config: HeadConfig) -> None:
-        super().__init__("head", config.node.status_port)
+        super().__init__("head", config.node.status_port, config.node.restarts_file)
         self.config = config
         self.state.group_spec = config.group_spec
         self.env: dict[str, str] = {}
@@ -117,7 +118,8 @@ class HeadSupervisor(Supervisor):
         # Ray raises its own types; whatever it is, the head cannot go on.
         except Exception as error:
             raise GroupError(
-                f"could not connect to the Ray head at {self.view.address}: {error}"
+                f"could not connect to the Ray head at {self.view.address}: {error}",
+                cause=restarts.ENGINE_EXITED,
             ) from error
         watch = self.watch = GroupWatch(self.config, self.state, self.view)
         await self._wait_for_group(watch, deadline)
@@ -150,7 +152,7 @@ class HeadSupervisor(Supervisor):
                 snapshot = staged_model(root, revision)
             except NotStagedError as waiting:
                 if read_ref(root, revision) is not None:
-                    raise GroupError(str(waiting)) from None
+                    raise GroupError(str(waiting), cause=None) from None  # a refused snapshot
                 if time.monotonic() - last_log >= PROGRESS_EVERY_S:
                     log.info("waiting for the model download: %s", waiting)
                     last_log = time.monotonic()
@@ -164,7 +166,10 @@ class HeadSupervisor(Supervisor):
         while not await port_open(self.config.node.pod_ip, port):
             self._check_children()
             if deadline.passed():
-                raise GroupError(f"{what} did not start within {deadline.seconds:.0f} s")
+                raise GroupError(
+                    f"{what} did not start within {deadline.seconds:.0f} s",
+                    cause=restarts.GROUP_TIMEOUT,
+                )
             await self.pause(0.1)
 
     async def _start_engine(self) -> None:
@@ -191,7 +196,8 @@ class HeadSupervisor(Supervisor):
                 raise GroupError(
                     f"the group did not form within {deadline.seconds:.0f} s "
                     f"(--wait-timeout, GROUP_WAIT_TIMEOUT): {progress.missing()}; "
-                    f"{self._where_to_look()}"
+                    f"{self._where_to_look()}",
+                    cause=restarts.GROUP_TIMEOUT,
                 )
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
@@ -215,5 +221,6 @@ class HeadSupervisor(Supervisor):
             if child is not None and child.returncode is not None:
                 raise GroupError(
                     f"{what} exited with code {child.returncode}; exiting so that the pod restarts "
-                    "and the group restarts with it (its log is above)"
+                    "and the group restarts with it (its log is above)",
+                    cause=restarts.ENGINE_EXITED,
                 )

@@ -19,6 +19,7 @@ from multinode_llm.group.cluster import ClusterView
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import GroupProgress, RayNodeInfo, progress
 from multinode_llm.group.supervisor import GroupError, port_open
+from multinode_llm.health import restarts
 from multinode_llm.health.state import HeadFacts, HealthState
 from multinode_llm.serving.command import api_key, served_names
 
@@ -94,7 +95,9 @@ class GroupWatch:
             self.gcs_failures += 1
             log.warning("Ray's GCS did not answer (%d in a row): %s", self.gcs_failures, error)
             if self.gcs_failures >= GCS_FAILURES_TOLERATED:
-                raise GroupError(f"the Ray head's GCS stopped answering: {error}") from error
+                raise GroupError(
+                    f"the Ray head's GCS stopped answering: {error}", cause=restarts.ENGINE_EXITED
+                ) from error
         return self.last_nodes
 
     async def _lost(self, nodes: list[RayNodeInfo]) -> tuple[str, ...]:

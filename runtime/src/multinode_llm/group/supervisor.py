@@ -8,7 +8,9 @@ import logging
 import signal
 import socket
 import time
+from pathlib import Path
 
+from multinode_llm.health.restarts import RestartsFile
 from multinode_llm.health.server import StatusServer
 from multinode_llm.health.state import HealthState
 
@@ -18,7 +20,15 @@ RESOLVE_TIMEOUT_S = 2.0  # a DNS server that does not answer must not stall a de
 
 
 class GroupError(Exception):
-    """The group cannot serve; the message says why. The supervisor exits non-zero with it."""
+    """The group cannot serve; the message says why. The supervisor exits non-zero with it.
+
+    ``cause`` is the restart cause the next run counts (health/restarts.py); None for a failure
+    that is none of them (the next run counts it as unknown).
+    """
+
+    def __init__(self, message: str, *, cause: str | None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class StopRequest(Exception):  # noqa: N818 - a request to stop, not an error
@@ -28,9 +38,12 @@ class StopRequest(Exception):  # noqa: N818 - a request to stop, not an error
 class Supervisor:
     """Runs ``main()`` with the status port open; SIGTERM or SIGINT make it stop and exit 0."""
 
-    def __init__(self, role: str, status_port: int) -> None:
+    def __init__(self, role: str, status_port: int, restarts_file: Path) -> None:
         self.log = logging.getLogger(f"multinode_llm.{role}")
         self.state = HealthState(role=role)
+        self.restarts_file = restarts_file
+        self.restarts: RestartsFile | None = None
+        self.left = False  # this run recorded why it leaves
         self.server = StatusServer(self.state, status_port)
         self.stopping = asyncio.Event()
         self.failed = False  # a failed group stops its children without the courtesy of a drain
@@ -39,12 +52,16 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop_requested, signum)
+        self.restarts = RestartsFile.start(self.restarts_file)
+        self.state.restarts = dict(self.restarts.counts)
         await self.server.start()
         try:
             return await self.main()
         except StopRequest:
             return 0
         except GroupError as failure:
+            # First: kubelet may SIGKILL the children's stop below, and this run with it.
+            self._leave(failure.cause)
             self.state.phase = "failed"
             self.failed = True
             self.log.error("%s", failure)
@@ -77,7 +94,19 @@ class Supervisor:
 
     def _stop_requested(self, signum: int) -> None:
         self.log.info("received %s: stopping", signal.Signals(signum).name)
+        if not self.stopping.is_set():
+            # Kubelet stops a container whose liveness or startup probe failed with SIGTERM: the
+            # failing probe says why. With every probe passing, nothing is recorded: a pod being
+            # deleted takes the file with it, and any other kill is one without a word.
+            self._leave(self.state.kill_cause())
         self.stopping.set()
+
+    def _leave(self, cause: str | None) -> None:
+        """Record why this run leaves; the first cause wins (a stop can fail in its turn)."""
+        if cause is not None and self.restarts is not None and not self.left:
+            self.left = True
+            self.log.info("leaving (%s): recorded for the next start's restart count", cause)
+            self.restarts.leave(cause)
 
 
 class Deadline:

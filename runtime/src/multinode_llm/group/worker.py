@@ -31,6 +31,7 @@ from multinode_llm.group.supervisor import (
     port_open,
     resolve,
 )
+from multinode_llm.health import restarts
 from multinode_llm.health.state import WorkerFacts
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 class WorkerSupervisor(Supervisor):
     def __init__(self, config: WorkerConfig) -> None:
-        super().__init__("worker", config.node.status_port)
+        super().__init__("worker", config.node.status_port, config.node.restarts_file)
         self.config = config
         self.ray: Child | None = None
         self.ray_stop_grace_s = ray_node.STOP_GRACE_S
@@ -99,7 +100,8 @@ class WorkerSupervisor(Supervisor):
                 raise GroupError(
                     f"the head's Ray GCS at {config.head_address} did not answer within "
                     f"{deadline.seconds:.0f} s (--wait-timeout, GROUP_WAIT_TIMEOUT): {why}; check "
-                    "that the head pod runs and that HEAD_SVC and RAY_PORT name it"
+                    "that the head pod runs and that HEAD_SVC and RAY_PORT name it",
+                    cause=restarts.GROUP_TIMEOUT,
                 )
             if time.monotonic() - last_log >= PROGRESS_EVERY_S:
                 log.info(
@@ -118,7 +120,8 @@ class WorkerSupervisor(Supervisor):
         while True:
             if ray.returncode is not None:
                 raise GroupError(
-                    f"Ray on this worker exited with code {ray.returncode} (its log is above)"
+                    f"Ray on this worker exited with code {ray.returncode} (its log is above)",
+                    cause=restarts.ENGINE_EXITED,
                 )
             head_ok, joined = await asyncio.gather(
                 self._check_head(head_ip), port_open(node.pod_ip, node.ray_ports.node_manager)
@@ -130,7 +133,8 @@ class WorkerSupervisor(Supervisor):
                 raise GroupError(
                     f"lost the head: its Ray GCS at {head_ip}:{node.ray_ports.gcs} has not "
                     f"answered for {HEAD_LOSS_GRACE_S:.0f} s; exiting so that this pod restarts "
-                    "and joins the new head"
+                    "and joins the new head",
+                    cause=restarts.HEAD_LOST,
                 )
             self.facts = WorkerFacts(
                 ray_started=True,
@@ -157,7 +161,8 @@ class WorkerSupervisor(Supervisor):
             self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
             raise GroupError(
                 f"the head moved from {head_ip} to {moved} (a new head pod): exiting so that "
-                "this pod restarts and joins the new head's group"
+                "this pod restarts and joins the new head's group",
+                cause=restarts.HEAD_LOST,
             )
         boot_id = await self._head_boot_id(head_ip)
         if boot_id is not None:
@@ -166,7 +171,8 @@ class WorkerSupervisor(Supervisor):
                 self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
                 raise GroupError(
                     f"the head at {head_ip} restarted (a new Ray cluster): exiting so that this "
-                    "pod restarts and joins it"
+                    "pod restarts and joins it",
+                    cause=restarts.HEAD_LOST,
                 )
         return await port_open(head_ip, self.config.node.ray_ports.gcs)
 

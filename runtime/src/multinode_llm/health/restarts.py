@@ -77,14 +77,14 @@ class RestartsFile:
 
     def _read(self) -> tuple[dict[str, int], str] | None:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as error:
+        except OSError as error:
             log.warning("cannot read the restarts file %s (%s): counting from 0", self.path, error)
             return None
         try:
-            return _parse(text)
+            return _parse(raw)
         except CorruptRestartsFileError as error:
             log.warning(
                 "the restarts file %s is corrupt (%s): counting restarts from 0 again",
@@ -111,11 +111,11 @@ class RestartsFile:
                 temporary.unlink()
 
 
-def _parse(text: str) -> tuple[dict[str, int], str]:
-    """(counts by cause, the last run's entry) from the file's text; CorruptRestartsFileError."""
+def _parse(raw: bytes) -> tuple[dict[str, int], str]:
+    """(counts by cause, the last run's entry) from the file's bytes; CorruptRestartsFileError."""
     try:
-        data = json.loads(text)
-    except ValueError as error:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as error:  # UnicodeDecodeError is one too
         raise CorruptRestartsFileError(f"not JSON: {error}") from None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
         raise CorruptRestartsFileError(f"not a version {_VERSION} restarts record")

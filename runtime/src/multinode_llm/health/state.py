@@ -17,6 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from multinode_llm.health import restarts
 from multinode_llm.health.restarts import zero_counts
 
 # An engine whose /health has not answered for this long is considered hung, not busy.
@@ -159,6 +160,15 @@ class HealthState:
         self.facts = facts
         self.probes = head_probes(facts) if isinstance(facts, HeadFacts) else worker_probes(facts)
 
+    def kill_cause(self) -> str | None:
+        """Why kubelet is stopping this supervisor, if a probe that kills says so: the restart
+        cause of a failing liveness (or startup) probe; None while both pass."""
+        if isinstance(self.facts, HeadFacts):
+            return _head_kill_cause(self.facts, self.probes)
+        if isinstance(self.facts, WorkerFacts):
+            return _worker_kill_cause(self.facts, self.probes)
+        return None
+
     def status(self) -> dict[str, Any]:
         return {
             "role": self.role,
@@ -262,6 +272,27 @@ class HealthState:
                 [(role, int(facts.head_reachable))],
             ),
         ]
+
+
+def _head_kill_cause(facts: HeadFacts, probes: Probes) -> str | None:
+    """The cause of the head's failing liveness or startup probe, in ``_head_live``'s order."""
+    if not probes.live.ok:
+        if not facts.ray_running or (facts.engine_started and not facts.engine_running):
+            return restarts.ENGINE_EXITED
+        if facts.engine_answered_once and facts.engine_silent_s > ENGINE_SILENCE_LIMIT_S:
+            return restarts.ENGINE_HUNG
+        return restarts.WORKER_LOST  # the only other way a head is not live: a lost node
+    if not probes.startup.ok:  # kubelet's startup budget passed
+        return restarts.ENGINE_HUNG if facts.group_formed else restarts.GROUP_TIMEOUT
+    return None
+
+
+def _worker_kill_cause(facts: WorkerFacts, probes: Probes) -> str | None:
+    if not probes.live.ok:
+        return restarts.ENGINE_EXITED if not facts.ray_running else restarts.HEAD_LOST
+    if not probes.startup.ok:
+        return restarts.GROUP_TIMEOUT
+    return None
 
 
 def _family(
