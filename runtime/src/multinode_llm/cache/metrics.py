@@ -42,6 +42,9 @@ class Metrics:
     corrupt_total: int = 0
     connections_shed_total: int = 0
     upstream_requests: Counter[str] = field(default_factory=Counter)  # by kind: meta | blob
+    # Upstream requests that failed (no answer, a timeout, a cut body, a 5xx), by kind; both kinds
+    # are exported from the start so that increase() sees the first failure.
+    upstream_errors: Counter[str] = field(default_factory=lambda: Counter(meta=0, blob=0))
     gauges: dict[str, tuple[str, Callable[[], float]]] = field(default_factory=dict)
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
@@ -56,6 +59,15 @@ class Metrics:
             (f'{{kind="{kind}"}}', count) for kind, count in sorted(self.upstream_requests.items())
         ]
         lines += _family("upstream_requests_total", "counter", "requests sent upstream", samples)
+        errors = [
+            (f'{{kind="{kind}"}}', count) for kind, count in sorted(self.upstream_errors.items())
+        ]
+        lines += _family(
+            "upstream_errors_total",
+            "counter",
+            "upstream requests that failed: no answer, a timeout, a broken body or a 5xx",
+            errors,
+        )
         for name, (help_text, read) in sorted(self.gauges.items()):
             lines += _family(name, "gauge", help_text, [("", read())])
         return "\n".join(lines) + "\n"

@@ -387,6 +387,7 @@ class Hub:
         except ConnectionResetError:
             raise  # the client left (server.py's guard): not upstream's doing
         except (aiohttp.ClientError, TimeoutError) as failure:
+            self.upstream.body_broke(reply)
             log.info("upstream's body for %s broke off: %s", request.path, describe(failure))
             if request.transport is not None:
                 request.transport.abort()  # the client sees the body cut, as upstream cut it

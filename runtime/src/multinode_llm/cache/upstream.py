@@ -252,20 +252,24 @@ class Upstream:
         extra = {"Content-Type": content_type} if content_type else None
         what = f"{method} {bare(path_and_query)}"
         self.metrics.upstream_requests["meta"] += 1
-        try:
-            async with following(
-                self.client,
-                method,
-                self.base_url + path_and_query,
-                request_headers(authorization, extra),
-                body,
-                proxy=True,
-                timeout=self._metadata_timeout,
-            ) as response:
-                data = b"" if method == "HEAD" else await read_limited(response, MAX_METADATA, what)
-                return Reply(response.status, response.headers, data)
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise UpstreamUnreachableError(f"{what}: {describe(error)}") from error
+        async with self._counting_failures("meta") as failed:
+            try:
+                async with following(
+                    self.client,
+                    method,
+                    self.base_url + path_and_query,
+                    request_headers(authorization, extra),
+                    body,
+                    proxy=True,
+                    timeout=self._metadata_timeout,
+                ) as response:
+                    failed.answered(response.status)
+                    if method == "HEAD":
+                        return Reply(response.status, response.headers)
+                    data = await read_limited(response, MAX_METADATA, what)
+                    return Reply(response.status, response.headers, data)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise UpstreamUnreachableError(f"{what}: {describe(error)}") from error
 
     @asynccontextmanager
     async def open(
@@ -283,12 +287,43 @@ class Upstream:
         if offset:
             extra["Range"] = f"bytes={offset}-"
         self.metrics.upstream_requests[kind] += 1
-        async with following(
-            self.client,
-            method,
-            self.base_url + path_and_query,
-            request_headers(authorization, extra),
-            body,
-            proxy=True,
-        ) as response:
+        # The caller reads the body inside: its read errors pass through here and are counted.
+        async with (
+            self._counting_failures(kind) as failed,
+            following(
+                self.client,
+                method,
+                self.base_url + path_and_query,
+                request_headers(authorization, extra),
+                body,
+                proxy=True,
+            ) as response,
+        ):
+            failed.answered(response.status)
             yield response
+
+    def body_broke(self, response: aiohttp.ClientResponse, kind: str = "meta") -> None:
+        """Count a failure of ``open``'s answer whose body its reader caught and did not raise."""
+        if response.status < 500:  # a 5xx was counted as it came
+            self.metrics.upstream_errors[kind] += 1
+
+    @asynccontextmanager
+    async def _counting_failures(self, kind: str) -> AsyncIterator[_Failure]:
+        """One upstream request: counted once in ``upstream_errors`` when it failed."""
+        failure = _Failure()
+        try:
+            yield failure
+        except (UpstreamUnreachableError, aiohttp.ClientError, TimeoutError):
+            failure.failed = True
+            raise
+        finally:
+            if failure.failed:
+                self.metrics.upstream_errors[kind] += 1
+
+
+@dataclass
+class _Failure:
+    failed: bool = False
+
+    def answered(self, status: int) -> None:
+        self.failed = self.failed or status >= 500
