@@ -361,9 +361,6 @@ class Prometheus:
         """Alerts named ``name`` now (pending or firing)."""
         return [a for a in self.api("alerts")["alerts"] if a["labels"].get("alertname") == name]
 
-    def firing(self, name: str) -> list[Obj]:
-        return [a for a in self.alerts(name) if a["state"] == "firing"]
-
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

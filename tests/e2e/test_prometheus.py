@@ -65,10 +65,6 @@ class Monitored:
             if t["health"] == "up"
         }
 
-    def firing(self) -> bool:
-        self.sync()
-        return bool(self.prometheus.firing(ALERT))
-
     def fired_since(self, since: float) -> list[dict[str, Any]]:
         """The alert's firing series since ``since`` (epoch seconds), each once."""
         self.sync()
@@ -179,11 +175,17 @@ def monitored(tiny_model: Path) -> Iterator[Monitored]:
 
 
 def test_every_target_the_podmonitor_selects_is_up(monitored: Monitored) -> None:
-    took = monitored.group.wait(
-        lambda: monitored.up_targets() == EXPECTED_ENDPOINTS,
-        TARGETS_S,
-        f"targets {sorted(EXPECTED_ENDPOINTS)} up (up now: {sorted(monitored.up_targets())})",
-    )
+    seen: set[tuple[str, str]] = set()
+
+    def all_up() -> bool:
+        seen.clear()
+        seen.update(monitored.up_targets())
+        return seen == EXPECTED_ENDPOINTS
+
+    try:
+        took = monitored.group.wait(all_up, TARGETS_S, f"targets {sorted(EXPECTED_ENDPOINTS)} up")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; up at the end: {sorted(seen)}") from None
     record(SCENARIO, "Prometheus started -> every target up", took)
     labels = [t["labels"] for t in monitored.prometheus.targets()]
     assert len(labels) == len(EXPECTED_ENDPOINTS), labels  # nothing else selected
