@@ -8,12 +8,14 @@ it, where groupSpecHome is "runtime". Context: dict "root" $ "groupSpec" hash-or
 {{- define "multinode-llm.runtimeSpec" -}}
 {{- $groupSpec := .groupSpec }}
 {{- with .root -}}
+{{- /* No prometheus.kserve.io/port or /path: KServe reads them for Serverless's queue-proxy
+(metrics aggregation) and for the OTel collector of KEDA autoscaling only, neither of which a
+multi-node group runs (pod/metrics_aggregate_injector.go, otel_reconciler.go, v0.15-v0.20); the
+PodMonitors (monitoring.podMonitor) name the metrics ports. */ -}}
+{{- with include "multinode-llm.gpuTypesAnnotation" . -}}
 annotations:
-  prometheus.kserve.io/port: "8080"
-  prometheus.kserve.io/path: /metrics
-  {{- with include "multinode-llm.gpuTypesAnnotation" . }}
   {{- . | nindent 2 }}
-  {{- end }}
+{{ end -}}
 # The InferenceService names this runtime, so it needs no auto-selection: without autoSelect
 # (and priority) KServe's runtime webhook never compares it with its own huggingface runtimes or
 # another release's (validateServingRuntimePriority, servingruntime_webhook.go, every release).
@@ -34,10 +36,17 @@ containers:
     imagePullPolicy: {{ .Values.image.pullPolicy }}
     command: ["multinode-llm"]
     args: ["head"]
-    # The first port is the one KServe's Service targets (80 -> 8080).
+    # The first port is the one KServe's Service targets (80 -> 8080). KServe's service
+    # reconciler (createDefaultSvc, v0.15-v0.20) adds every further port to the predictor Service
+    # as itself: 8081 named status, the supervisor's probes, /status and /metrics (the
+    # NetworkPolicy opens it to networkPolicy.clients like 8080). The names are what the PodMonitor
+    # scrapes.
     ports:
       - name: http
         containerPort: 8080
+        protocol: TCP
+      - name: status
+        containerPort: 8081
         protocol: TCP
     env:
       {{- include "multinode-llm.groupEnv" . | nindent 6 }}
@@ -68,6 +77,11 @@ workerSpec:
       imagePullPolicy: {{ .Values.image.pullPolicy }}
       command: ["multinode-llm"]
       args: ["worker"]
+      # Named for the PodMonitor; KServe makes no Service of the workers' ports.
+      ports:
+        - name: status
+          containerPort: 8081
+          protocol: TCP
       env:
         {{- include "multinode-llm.groupEnv" . | nindent 8 }}
       {{- include "multinode-llm.probes" (dict "probes" .Values.worker.probes) | nindent 6 }}
