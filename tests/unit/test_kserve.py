@@ -149,6 +149,48 @@ def test_pod_labels_say_which_isvc_and_role_they_belong_to(objects: list) -> Non
     assert reconciled.head.labels["team"] == "llm"
 
 
+def test_predictor_metadata_reaches_both_pods_and_runtime_metadata_its_own_role(
+    objects: list,
+) -> None:
+    """buildObjectMeta / reconcileWorker (components/predictor.go, v0.15.0 .. v0.20.0): the
+    predictor's labels and annotations go to head and workers, the runtime's own annotations to the
+    head only, its workerSpec's to the workers only; the disallowed list is dropped."""
+    isvc, runtime = _isvc(objects), next(o for o in objects if "ServingRuntime" in o["kind"])
+    predictor = isvc["spec"]["predictor"]
+    predictor["labels"] = {"placement": "rack-a"}
+    predictor["annotations"] = {
+        "k8s.v1.cni.cncf.io/networks": "ib-net",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+    }
+    runtime["spec"]["annotations"] = {"head.example.com/only": "yes"}
+    runtime["spec"]["workerSpec"]["annotations"] = {"worker.example.com/only": "yes"}
+    reconciled = kserve.reconcile(objects)
+    for pod in (reconciled.head, reconciled.worker):
+        assert pod.labels["placement"] == "rack-a"
+        assert pod.annotations["k8s.v1.cni.cncf.io/networks"] == "ib-net"
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in pod.annotations
+    assert "head.example.com/only" in reconciled.head.annotations
+    assert "head.example.com/only" not in reconciled.worker.annotations
+    assert "worker.example.com/only" in reconciled.worker.annotations
+    assert "worker.example.com/only" not in reconciled.head.annotations
+
+
+def test_placement_fields_of_predictor_and_workerspec_reach_their_pods(objects: list) -> None:
+    """MergePodSpec takes them from the InferenceService (utils/utils.go, every release)."""
+    placement = {
+        "priorityClassName": "gpu-high",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}],
+    }
+    predictor = _isvc(objects)["spec"]["predictor"]
+    predictor.update(copy.deepcopy(placement))
+    predictor["workerSpec"].update(copy.deepcopy(placement))
+    reconciled = kserve.reconcile(objects)
+    for pod in (reconciled.head, reconciled.worker):
+        assert {k: pod.pod_spec.get(k) for k in placement} == placement
+
+
 def test_kserve_adds_a_tcp_readiness_probe_when_the_head_has_none(
     objects: list,
 ) -> None:

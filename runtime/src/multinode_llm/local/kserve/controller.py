@@ -53,6 +53,18 @@ GENERATION_LABEL = "isvc.generation"
 ROLE_LABEL = "multinode/role"
 EXECUTOR_ANNOTATION = "multinode/executor-backend"
 PROGRESS_DEADLINE_S = 600  # setDefaultDeploymentSpec, every release
+SOURCE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
+# constants.ServiceAnnotationDisallowedList (pkg/constants/constants.go): what the predictor
+# drops from runtime, ISVC and predictor annotations; "modelFormat" from v0.17.0.
+DISALLOWED_ANNOTATIONS = frozenset(
+    {
+        "autoscaling.knative.dev/min-scale",
+        "autoscaling.knative.dev/max-scale",
+        SOURCE_URI_ANNOTATION,
+        "kubectl.kubernetes.io/last-applied-configuration",
+        "modelFormat",
+    }
+)
 # The ServingRuntime pod-level fields MergePodSpec takes; everything else there is dropped.
 _RUNTIME_POD_FIELDS = (
     "nodeSelector",
@@ -173,15 +185,18 @@ def reconcile(release: Release, isvc: Obj, runtime: Obj, generation: int = 1) ->
     labels[GENERATION_LABEL] = str(generation)
     worker_labels = _labels((runtime_spec.get("workerSpec") or {}).get("labels"), isvc, predictor)
     worker_labels[GENERATION_LABEL] = str(generation)
-    pod_annotations = {**(runtime_spec.get("annotations") or {}), **annotations}
-    pod_annotations["internal.serving.kserve.io/storage-initializer-sourceuri"] = storage_uri
+    head_annotations, worker_annotations = _pod_annotations(release, runtime_spec, isvc, predictor)
+    head_annotations[SOURCE_URI_ANNOTATION] = worker_annotations[SOURCE_URI_ANNOTATION] = (
+        storage_uri
+    )
     read_only = annotations.get("storage.kserve.io/readonly", "true") != "false"
     for spec in (head_spec, worker_spec):
         mount_pvc(spec, storage_uri, read_only)
         set_default_pod_spec(spec)
-    gpu_types = _reconciler_gpu_types(release, annotations, pod_annotations)
-    _set_gpu_resources(head_spec, HEAD_CONTAINER, head_gpus, gpu_types)
-    _set_gpu_resources(worker_spec, WORKER_CONTAINER, worker_gpus, gpu_types)
+    head_types = _reconciler_gpu_types(release, annotations, head_annotations)
+    worker_types = _reconciler_gpu_types(release, annotations, worker_annotations)
+    _set_gpu_resources(head_spec, HEAD_CONTAINER, head_gpus, head_types)
+    _set_gpu_resources(worker_spec, WORKER_CONTAINER, worker_gpus, worker_types)
 
     head_name, worker_name = f"{name}-predictor", f"{name}-predictor-worker"
     strategy = copy.deepcopy(predictor.get("deploymentStrategy") or {})
@@ -190,7 +205,7 @@ def reconcile(release: Release, isvc: Obj, runtime: Obj, generation: int = 1) ->
         role="head",
         replicas=_head_replicas(release, predictor, annotations),
         labels={**labels, "app": f"isvc.{head_name}"},
-        annotations=pod_annotations,
+        annotations=head_annotations,
         pod_spec=head_spec,
         strategy=_deployment_strategy(strategy, worker=False),
     )
@@ -199,7 +214,7 @@ def reconcile(release: Release, isvc: Obj, runtime: Obj, generation: int = 1) ->
         role="worker",
         replicas=nodes - 1,
         labels={**worker_labels, "app": f"isvc.{worker_name}"},
-        annotations=pod_annotations,
+        annotations=worker_annotations,
         pod_spec=worker_spec,
         strategy=_deployment_strategy(strategy, worker=True),
     )
@@ -576,6 +591,31 @@ def _services(
         ),
     }
     return [made[kind] for kind in release.controller.services]
+
+
+def _pod_annotations(
+    release: Release, runtime_spec: Obj, isvc: Obj, predictor: Obj
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The head's and the workers' pod annotations, as ``buildObjectMeta`` and ``reconcileWorker``
+    make them (components/predictor.go, v0.15.0 .. v0.20.0): runtime < ISVC < predictor, each
+    without KServe's default ``serviceAnnotationDisallowedList``, except that the workers start
+    from the runtime's ``workerSpec.annotations``, unfiltered, where the head starts from the
+    runtime's own."""
+    disallowed = DISALLOWED_ANNOTATIONS
+    if release.minor < (0, 17):  # ModelFormatAnnotationKey joined the list in v0.17.0
+        disallowed = disallowed - {"modelFormat"}
+
+    def allowed(annotations: Any) -> dict[str, str]:
+        return {k: v for k, v in (annotations or {}).items() if k not in disallowed}
+
+    shared = {
+        **allowed(isvc["metadata"].get("annotations")),
+        **allowed(predictor.get("annotations")),
+    }
+    head = {**allowed(runtime_spec.get("annotations")), **shared}
+    worker_own = (runtime_spec.get("workerSpec") or {}).get("annotations") or {}
+    worker = {**worker_own, **shared}
+    return head, worker
 
 
 def _labels(runtime_labels: Any, isvc: Obj, predictor: Obj) -> dict[str, str]:
