@@ -154,6 +154,40 @@ CHANGES = [
         {},
         {"networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]}},
     ),
+    Change(
+        "monitoring.podMonitor.enabled",
+        "false -> true",
+        {},
+        {"monitoring": {"podMonitor": {"enabled": True}}},
+    ),
+    Change(
+        "monitoring.rules.enabled",
+        "false -> true",
+        {},
+        {"monitoring": {"rules": {"enabled": True}}},
+    ),
+    Change(
+        "monitoring.dashboard.enabled",
+        "false -> true",
+        {},
+        {"monitoring": {"dashboard": {"enabled": True}}},
+    ),
+    Change(
+        "monitoring.scrapers",
+        "none -> the monitoring namespace (clients narrowed)",
+        {"networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]}},
+        {
+            "monitoring": {
+                "scrapers": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                        }
+                    }
+                ]
+            }
+        },
+    ),
     Change("tests.prompt", "another prompt", {}, {"tests": {"prompt": "Say goodbye."}}),
     Change(
         "download.resources",

@@ -49,6 +49,8 @@ KSERVE_KINDS = (
     "ClusterServingRuntime",
     "ClusterStorageContainer",
 )
+# The Prometheus Operator's kinds (monitoring.*): validated against its CRDs, not Kubernetes'.
+MONITORING_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
@@ -55,3 +56,10 @@ def crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
                     schema = strict(version["schema"]["openAPIV3Schema"])
                     found[(f"{group}/{version['name']}", kind)] = schema
     return found
+
+
+def schema_errors(schema: dict[str, Any], doc: dict[str, Any]) -> list[str]:
+    """Where ``doc`` breaks a strict CRD schema (Draft 4, the dialect of openAPIV3Schema)."""
+    return [
+        f"{e.json_path}: {e.message}" for e in jsonschema.Draft4Validator(schema).iter_errors(doc)
+    ]
