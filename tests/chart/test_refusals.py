@@ -68,7 +68,7 @@ TABLE: dict[str, Refusal] = {
     "undeclared extended resource": Refusal(
         {"worker": {"resources": {"requests": {"rdma/ib": 1}}}},
         "worker.resources.requests.rdma/ib",
-        "list rdma/ib in gpu.customResourceTypes",
+        "set rdma.enabled=true and rdma.resources.rdma/ib instead",
     ),
     # env and vLLM arguments
     "TENSOR_PARALLEL_SIZE in head env": Refusal(
@@ -254,6 +254,188 @@ TABLE: dict[str, Refusal] = {
         "InferenceService name",
         "use a shorter release name or set fullnameOverride",
         release="a-release-name-that-is-much-too-long-for-kserve",
+    ),
+    # placement and network (docs/placement.md)
+    "rdma without devices": Refusal(
+        {"rdma": {"enabled": True}}, "rdma.enabled", "set rdma.resources to the resource"
+    ),
+    "rdma device that is a gpu": Refusal(
+        {"rdma": {"enabled": True, "resources": {"nvidia.com/gpu": 1}}},
+        "rdma.resources.nvidia.com/gpu",
+        "list only RDMA device resources in rdma.resources",
+    ),
+    "rdma device named like a gpu": Refusal(
+        {"rdma": {"enabled": True, "resources": {"example.com/gpu-slice": 1}}},
+        "rdma.resources.example.com/gpu-slice",
+        "list only RDMA device resources",
+    ),
+    "rdma device that is the custom gpu type": Refusal(
+        {
+            "parallelism": {"tensor": 1},
+            "gpu": {
+                "resourceName": "example.com/accel",
+                "customResourceTypes": ["example.com/accel"],
+            },
+            "rdma": {"enabled": True, "resources": {"example.com/accel": 1}},
+        },
+        "rdma.resources.example.com/accel",
+        "the chart requests GPUs from gpu.resourceName",
+    ),
+    "rdma device also in worker resources": Refusal(
+        {
+            "rdma": {"enabled": True, "resources": {"rdma/ib": 1}},
+            "worker": {"resources": {"limits": {"rdma/ib": 1}}},
+        },
+        "worker.resources.limits.rdma/ib",
+        "remove it from worker.resources",
+    ),
+    "rdma with nccl ib disabled": Refusal(
+        {
+            "rdma": {"enabled": True, "resources": {"rdma/ib": 1}},
+            "communication": {"ncclIbDisable": True},
+        },
+        "communication.ncclIbDisable",
+        "set communication.ncclIbDisable=false",
+    ),
+    "rdma settings with rdma off": Refusal(
+        {"rdma": {"ipcLock": True}}, "rdma.ipcLock", "set rdma.enabled=true, or unset rdma.ipcLock"
+    ),
+    "rdma count zero": schema(
+        {"rdma": {"enabled": True, "resources": {"rdma/ib": 0}}}, "rdma.resources"
+    ),
+    "rdma resource without a domain": Refusal(
+        {"rdma": {"enabled": True, "resources": {"hostdev": 1}}},
+        "rdma.resources.hostdev",
+        "write the resource your RDMA device plugin advertises",
+    ),
+    "secondary networks on the host network": Refusal(
+        {"hostNetwork": True, "secondaryNetworks": ["ib-net"]},
+        "secondaryNetworks",
+        "Multus would attach none of them",
+    ),
+    "secondary network not a name": schema({"secondaryNetworks": ["IB Net"]}, "secondaryNetworks"),
+    "pod label kserve sets": Refusal(
+        {"podLabels": {"component": "x"}}, "podLabels.component", "use another key"
+    ),
+    "pod label the chart sets": Refusal(
+        {"podLabels": {"app.kubernetes.io/instance": "x"}},
+        "podLabels.app.kubernetes.io/instance",
+        "use another key",
+    ),
+    "pod label also an isvc label": Refusal(
+        {"podLabels": {"team": "a"}, "inferenceService": {"labels": {"team": "b"}}},
+        "podLabels.team",
+        "set it in one of them",
+    ),
+    "multus annotation by hand": Refusal(
+        {"podAnnotations": {"k8s.v1.cni.cncf.io/networks": "ib-net"}},
+        "podAnnotations.k8s.v1.cni.cncf.io/networks",
+        "set secondaryNetworks instead",
+    ),
+    "pod annotation kserve drops": Refusal(
+        {"podAnnotations": {"autoscaling.knative.dev/min-scale": "1"}},
+        "podAnnotations.autoscaling.knative.dev/min-scale",
+        "KServe drops this annotation",
+    ),
+    "pod annotation kserve owns": Refusal(
+        {"podAnnotations": {"serving.kserve.io/gpu-resource-types": "[]"}},
+        "podAnnotations.serving.kserve.io/gpu-resource-types",
+        "set the chart value that decides it",
+    ),
+    "extra volume named like the chart's": Refusal(
+        {"extraVolumes": [{"name": "dshm", "emptyDir": {}}, {"name": "shm", "emptyDir": {}}]},
+        "extraVolumes[1].name=shm",
+        "give the volume another name",
+    ),
+    "extra volume named like kserve's": Refusal(
+        {"extraVolumes": [{"name": "kserve-pvc-source", "emptyDir": {}}]},
+        "extraVolumes[0].name=kserve-pvc-source",
+        "KServe's model volume",
+    ),
+    "extra mount over the scratch": Refusal(
+        {
+            "extraVolumes": [{"name": "x", "emptyDir": {}}],
+            "extraVolumeMounts": [{"name": "x", "mountPath": "/tmp"}],
+        },
+        "extraVolumeMounts[0].mountPath=/tmp",
+        "mount it elsewhere",
+    ),
+    "extra mount over the model": Refusal(
+        {
+            "extraVolumes": [{"name": "x", "emptyDir": {}}],
+            "extraVolumeMounts": [{"name": "x", "mountPath": "/mnt/models/"}],
+        },
+        "extraVolumeMounts[0].mountPath=/mnt/models/",
+        "KServe's model mount",
+    ),
+    "extra mount of no volume": Refusal(
+        {"extraVolumeMounts": [{"name": "missing", "mountPath": "/mnt/x"}]},
+        "extraVolumeMounts[0].name=missing",
+        "add the volume to extraVolumes",
+    ),
+    "extra mount path not absolute": schema(
+        {
+            "extraVolumes": [{"name": "x", "emptyDir": {}}],
+            "extraVolumeMounts": [{"name": "x", "mountPath": "data"}],
+        },
+        "extraVolumeMounts",
+    ),
+    "topology spread without a selector": Refusal(
+        {
+            "worker": {
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                    }
+                ]
+            }
+        },
+        "worker.topologySpreadConstraints[0]",
+        "add labelSelector.matchLabels serving.kserve.io/inferenceservice: llm-multinode-llm",
+    ),
+    "topology spread selecting other pods": Refusal(
+        {
+            "head": {
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {
+                            "matchLabels": {"app": "isvc.llm-multinode-llm-predictor-worker"}
+                        },
+                    }
+                ]
+            }
+        },
+        "head.topologySpreadConstraints[0].labelSelector.matchLabels",
+        "matches no head pod of this group",
+    ),
+    "topology spread on one generation": Refusal(
+        {
+            "worker": {
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"isvc.generation": "1"}},
+                    }
+                ]
+            }
+        },
+        "worker.topologySpreadConstraints[0].labelSelector.matchLabels.isvc.generation",
+        "use matchLabelKeys: [isvc.generation]",
+    ),
+    "topology spread without a key": schema(
+        {
+            "worker": {
+                "topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]
+            }
+        },
+        "worker.topologySpreadConstraints",
     ),
     "group wait beyond the startup budget": Refusal(
         {"group": {"waitTimeoutSeconds": 3600}},

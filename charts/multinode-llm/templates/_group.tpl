@@ -12,9 +12,19 @@ it, where groupSpecHome is "runtime". Context: dict "root" $ "groupSpec" hash-or
 (metrics aggregation) and for the OTel collector of KEDA autoscaling only, neither of which a
 multi-node group runs (pod/metrics_aggregate_injector.go, otel_reconciler.go, v0.15-v0.20); the
 PodMonitors (monitoring.podMonitor) name the metrics ports. */ -}}
-{{- with include "multinode-llm.gpuTypesAnnotation" . -}}
+{{- /* podLabels and podAnnotations on the runtime's head and workerSpec: KServe copies them into
+the head's and the workers' pod templates (buildObjectMeta, reconcileWorker, components/predictor.go,
+every release), and a change of them stays a runtime change (the InferenceService keeps its
+metadata and its generation, groupSpecHome) */}}
+{{- $podMeta := include "multinode-llm.podMetadata" . | fromJson }}
+{{- $annotations := merge (include "multinode-llm.gpuTypesAnnotation" . | fromYaml) $podMeta.annotations }}
+{{- with $podMeta.labels -}}
+labels:
+  {{- toYaml . | nindent 2 }}
+{{ end -}}
+{{- with $annotations -}}
 annotations:
-  {{- . | nindent 2 }}
+  {{- toYaml . | nindent 2 }}
 {{ end -}}
 # The InferenceService names this runtime, so it needs no auto-selection: without autoSelect
 # (and priority) KServe's runtime webhook never compares it with its own huggingface runtimes or
@@ -57,7 +67,7 @@ containers:
       {{- end }}
     {{- include "multinode-llm.probes" (dict "probes" .Values.head.probes) | nindent 4 }}
     securityContext:
-      {{- toYaml .Values.securityContext | nindent 6 }}
+      {{- include "multinode-llm.groupSecurityContext" . | nindent 6 }}
     volumeMounts:
       {{- include "multinode-llm.groupVolumeMounts" . | nindent 6 }}
 volumes:
@@ -67,6 +77,14 @@ workerSpec:
   # InferenceService's own workerSpec overrides them on every release.
   pipelineParallelSize: {{ .Values.parallelism.pipeline }}
   tensorParallelSize: {{ .Values.parallelism.tensor }}
+  {{- with $podMeta.labels }}
+  labels:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $podMeta.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- with .Values.imagePullSecrets }}
   imagePullSecrets:
     {{- toYaml . | nindent 4 }}
@@ -86,7 +104,7 @@ workerSpec:
         {{- include "multinode-llm.groupEnv" . | nindent 8 }}
       {{- include "multinode-llm.probes" (dict "probes" .Values.worker.probes) | nindent 6 }}
       securityContext:
-        {{- toYaml .Values.securityContext | nindent 8 }}
+        {{- include "multinode-llm.groupSecurityContext" . | nindent 8 }}
       volumeMounts:
         {{- include "multinode-llm.groupVolumeMounts" . | nindent 8 }}
   volumes:
@@ -103,6 +121,9 @@ minReplicas: {{ .Values.inferenceService.minReplicas }}
 maxReplicas: {{ .Values.inferenceService.maxReplicas }}
 deploymentStrategy:
   type: {{ .Values.strategy.type }}
+{{- with include "multinode-llm.groupPodPlacement" (dict "root" . "role" "head") }}
+{{ . }}
+{{- end }}
 {{- with .Values.serviceAccountName }}
 serviceAccountName: {{ . }}
 {{- end }}
@@ -163,6 +184,9 @@ workerSpec:
   {{- with .Values.serviceAccountName }}
   serviceAccountName: {{ . }}
   {{- end }}
+  {{- with include "multinode-llm.groupPodPlacement" (dict "root" . "role" "worker") }}
+  {{- . | nindent 2 }}
+  {{- end }}
   securityContext:
     {{- toYaml .Values.podSecurityContext | nindent 4 }}
   {{- with .Values.worker.nodeSelector }}
@@ -188,6 +212,26 @@ workerSpec:
         {{- include "multinode-llm.groupResources" (dict "root" . "role" "worker") | nindent 8 }}
 {{- end }}
 {{- end }} {{- /* define "multinode-llm.isvcPredictor" */}}
+
+{{- /* Pod fields of the predictor (head) or its workerSpec that place the pod and pick its
+network: priorityClassName, topologySpreadConstraints, hostNetwork with the DNS policy that keeps
+Service names resolving. KServe takes them from the InferenceService only (MergePodSpec takes no
+such field from the runtime, utils/utils.go, every release). Context: dict "root" $ "role". */}}
+{{- define "multinode-llm.groupPodPlacement" -}}
+{{- $v := .root.Values }}
+{{- $fields := dict }}
+{{- with $v.priorityClassName }}
+{{- $_ := set $fields "priorityClassName" . }}
+{{- end }}
+{{- if $v.hostNetwork }}
+{{- $_ := set $fields "hostNetwork" true }}
+{{- $_ := set $fields "dnsPolicy" "ClusterFirstWithHostNet" }}
+{{- end }}
+{{- with (index $v .role).topologySpreadConstraints }}
+{{- $_ := set $fields "topologySpreadConstraints" . }}
+{{- end }}
+{{- with $fields }}{{ toYaml . }}{{ end }}
+{{- end }}
 
 {{- /* Where the head is told the group's spec hash (MULTINODE_LLM_GROUP_SPEC), so that every change
 of the hash reaches the head at once and restarts no more than KServe would anyway:

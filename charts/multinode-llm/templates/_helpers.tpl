@@ -262,9 +262,17 @@ the cache, never by the kubelet, keeps it in bounds. In Mi. Context: root. */}}
 nvidia.com/gpu amd.com/gpu intel.com/gpu habana.ai/gaudi
 {{- end }}
 
-{{- /* The gpu-resource-types annotation (JSON array), empty without custom types. Context: root. */}}
+{{- /* The gpu-resource-types annotation (JSON array), empty without custom types or RDMA devices.
+KServe's webhooks admit no other extended resource on a multi-node container (HasUnknownGpuResourceType,
+pkg/utils/utils.go, every release), so rdma.resources are listed too, after the GPU types:
+addGPUResourceToDeployment sets the GPU count on the first listed type the container asks for, and
+its node math counts the standard types only. Context: root. */}}
 {{- define "multinode-llm.gpuTypesAnnotation" -}}
-{{- with .Values.gpu.customResourceTypes -}}
+{{- $types := .Values.gpu.customResourceTypes | default list }}
+{{- if .Values.rdma.enabled }}
+{{- $types = concat $types (keys (.Values.rdma.resources | default dict) | sortAlpha) }}
+{{- end }}
+{{- with $types -}}
 serving.kserve.io/gpu-resource-types: {{ toJson . | squote }}
 {{- end }}
 {{- end }}
@@ -277,8 +285,15 @@ nodes = parallelism.pipeline. Context: dict "root" $ "role" "head"|"worker". */}
 {{- $res := deepCopy (index $root.Values .role "resources" | default dict) }}
 {{- /* a string, as KServe's defaulting webhook writes every quantity back: no diff against the live object */}}
 {{- $gpus := toString (int $root.Values.parallelism.tensor) }}
-{{- $_ := set $res "requests" (merge (dict $root.Values.gpu.resourceName $gpus) ($res.requests | default dict)) }}
-{{- $_ = set $res "limits" (merge (dict $root.Values.gpu.resourceName $gpus) ($res.limits | default dict)) }}
+{{- $devices := dict $root.Values.gpu.resourceName $gpus }}
+{{- if $root.Values.rdma.enabled }}
+{{- /* RDMA devices as what they are, beside the GPUs: request and limit alike (extended resources) */}}
+{{- range $name, $count := $root.Values.rdma.resources }}
+{{- $_ := set $devices $name (toString (int $count)) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $res "requests" (merge (deepCopy $devices) ($res.requests | default dict)) }}
+{{- $_ = set $res "limits" (merge (deepCopy $devices) ($res.limits | default dict)) }}
 {{- toYaml $res }}
 {{- end }} {{- /* define "multinode-llm.groupResources" */}}
 
@@ -316,6 +331,15 @@ DEVELOPERS.md). KServe injects the parallel sizes, node count and service names 
 {{- if .Values.communication.ncclIbDisable }}
 - name: NCCL_IB_DISABLE
   value: "1"
+{{- end }}
+{{- if .Values.rdma.enabled }}
+# RDMA devices are requested: NCCL's IB transport on, never a silent fall-back to TCP sockets.
+- name: NCCL_IB_DISABLE
+  value: "0"
+{{- with .Values.rdma.hca }}
+- name: NCCL_IB_HCA
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 # The root filesystem is read-only: caches (vLLM, Triton, torch, Hugging Face) go under HOME on /tmp.
 - name: HOME
@@ -370,12 +394,15 @@ livenessProbe:
   {{- toYaml .probes.liveness | nindent 2 }}
 {{- end }}
 
-{{- /* Mounts of head and worker containers. */}}
+{{- /* Mounts of head and worker containers: the chart's, then extraVolumeMounts. Context: root. */}}
 {{- define "multinode-llm.groupVolumeMounts" -}}
 - name: shm
   mountPath: /dev/shm
 - name: scratch
   mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- /* Volumes of head and worker pods: /dev/shm in memory, sized by shm.sizeLimit; a writable /tmp. Context: root. */}}
@@ -387,6 +414,41 @@ livenessProbe:
 - name: scratch
   emptyDir:
     sizeLimit: {{ .Values.scratch.sizeLimit }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- /* Names and mount paths of head and worker pods that the chart or KServe own, each with who
+owns it: extraVolumes and extraVolumeMounts may not reuse them. KServe mounts the model claim as
+kserve-pvc-source at /mnt/models (storage_initializer_injector.go, every release). */}}
+{{- define "multinode-llm.reservedVolumes" -}}
+{{- dict
+  "names" (dict "shm" "the chart's /dev/shm (shm.sizeLimit)" "scratch" "the chart's writable /tmp (scratch.sizeLimit)" "kserve-pvc-source" "KServe's model volume")
+  "paths" (dict "/dev/shm" "the chart's shm volume (shm.sizeLimit)" "/tmp" "the chart's scratch volume (scratch.sizeLimit)" "/mnt/models" "KServe's model mount")
+  | toJson }}
+{{- end }}
+
+{{- /* Container security context of head and worker: securityContext, plus IPC_LOCK with
+rdma.ipcLock (NCCL registers memory for RDMA). Context: root. */}}
+{{- define "multinode-llm.groupSecurityContext" -}}
+{{- $context := deepCopy .Values.securityContext }}
+{{- if and .Values.rdma.enabled .Values.rdma.ipcLock }}
+{{- $caps := $context.capabilities | default dict }}
+{{- $_ := set $caps "add" (append ($caps.add | default list) "IPC_LOCK" | uniq) }}
+{{- $_ = set $context "capabilities" $caps }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
+{{- /* Labels and annotations of head and worker pods (podLabels, podAnnotations, the Multus
+annotation of secondaryNetworks), as JSON {"labels", "annotations"}. Context: root. */}}
+{{- define "multinode-llm.podMetadata" -}}
+{{- $annotations := deepCopy (.Values.podAnnotations | default dict) }}
+{{- with .Values.secondaryNetworks }}
+{{- $_ := set $annotations "k8s.v1.cni.cncf.io/networks" (join "," .) }}
+{{- end }}
+{{- dict "labels" (.Values.podLabels | default dict) "annotations" $annotations | toJson }}
 {{- end }}
 
 {{- /* The download Job's name: a Job's pod template cannot change, so the name carries a hash of
@@ -609,12 +671,17 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- range $name, $_ := index $res $kind | default dict }}
 {{- if or (has $name $standard) (eq $name $gpu) }}
 {{- $errors = append $errors (printf "%s.resources.%s.%s: the chart sets GPUs from parallelism.tensor and gpu.resourceName; remove it from %s.resources" $role $kind $name $role) }}
+{{- else if hasKey ($v.rdma.resources | default dict) $name }}
+{{- $errors = append $errors (printf "%s.resources.%s.%s: rdma.resources adds it to the head and the workers, requested and limited alike; remove it from %s.resources" $role $kind $name $role) }}
 {{- else if and (not (has $name (list "cpu" "memory" "ephemeral-storage" "storage"))) (not (has $name $custom)) }}
-{{- $errors = append $errors (printf "%s.resources.%s.%s: KServe rejects any extended resource it does not know as an unknown GPU type; list %s in gpu.customResourceTypes" $role $kind $name $name) }}
+{{- $errors = append $errors (printf "%s.resources.%s.%s: KServe rejects any extended resource it does not know as an unknown GPU type; for an RDMA device set rdma.enabled=true and rdma.resources.%s instead, for a GPU type list %s in gpu.customResourceTypes" $role $kind $name $name $name) }}
 {{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{- /* placement and network (docs/placement.md) */}}
+{{- $errors = concat $errors (include "multinode-llm.validatePlacement" . | fromJsonArray) }}
 
 {{- /* environment and vLLM arguments the chart or KServe own */}}
 {{- $reservedEnv := include "multinode-llm.reservedEnv" . | fromJson }}
@@ -650,6 +717,113 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- fail (printf "\n\nmultinode-llm: %d value(s) to fix:\n  - %s\n" (len $errors) (join "\n  - " $errors)) }}
 {{- end }}
 {{- end }} {{- /* define "multinode-llm.validate" */}}
+
+{{- /* The refusals of the placement and network values (RDMA, host network, secondary networks,
+pod labels and annotations, extra volumes, topology spread), as a JSON array of messages, each
+naming the value and the fix; "multinode-llm.validate" reports them with the others. Context: root. */}}
+{{- define "multinode-llm.validatePlacement" -}}
+{{- $v := .Values }}
+{{- $errors := list }}
+{{- $fullname := include "multinode-llm.fullname" . }}
+{{- $standard := splitList " " (include "multinode-llm.standardGpuTypes" .) }}
+
+{{- /* RDMA: devices requested as what they are, and NCCL told to use them */}}
+{{- $rdma := $v.rdma }}
+{{- if $rdma.enabled }}
+{{- if not $rdma.resources }}
+{{- $errors = append $errors "rdma.enabled=true requests no RDMA device: set rdma.resources to the resource your RDMA device plugin advertises (e.g. rdma.resources.rdma/rdma_shared_device_a=1, or nvidia.com/hostdev=1 with SR-IOV), or set rdma.enabled=false" }}
+{{- end }}
+{{- range $name, $_ := $rdma.resources }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $name) }}
+{{- $errors = append $errors (printf "rdma.resources.%s is not an extended resource name (DOMAIN/NAME): write the resource your RDMA device plugin advertises, e.g. rdma/rdma_shared_device_a or nvidia.com/hostdev (kubectl describe node lists it under Allocatable)" $name) }}
+{{- else if or (has $name $standard) (eq $name $v.gpu.resourceName) (has $name ($v.gpu.customResourceTypes | default list)) (regexMatch "(?i)/([^/]*gpu[^/]*|mig-.*)$" $name) }}
+{{- $errors = append $errors (printf "rdma.resources.%s is a GPU resource: the chart requests GPUs from gpu.resourceName and parallelism.tensor; list only RDMA device resources in rdma.resources (e.g. rdma/rdma_shared_device_a, nvidia.com/hostdev)" $name) }}
+{{- end }}
+{{- end }}
+{{- if $v.communication.ncclIbDisable }}
+{{- $errors = append $errors "communication.ncclIbDisable=true with rdma.enabled=true: NCCL would leave the RDMA devices unused and talk TCP sockets; set communication.ncclIbDisable=false, or rdma.enabled=false on a cluster without InfiniBand/RoCE" }}
+{{- end }}
+{{- else }}
+{{- range $field := list "resources" "ipcLock" "hca" }}
+{{- if index $rdma $field }}
+{{- $errors = append $errors (printf "rdma.%s is set but rdma.enabled=false, so it would not apply; set rdma.enabled=true, or unset rdma.%s" $field $field) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /* host network: Multus attaches nothing to a pod in the node's network namespace */}}
+{{- if and $v.hostNetwork $v.secondaryNetworks }}
+{{- $errors = append $errors (printf "secondaryNetworks=%s with hostNetwork=true: the kubelet runs no CNI plugin for a host-network pod, so Multus would attach none of them; use the node's interfaces (hostNetwork, with communication.socketIfname or rdma.hca naming them) or secondaryNetworks with hostNetwork=false" (toJson $v.secondaryNetworks)) }}
+{{- end }}
+
+{{- /* pod labels: KServe's and the chart's own win or are needed as they are */}}
+{{- range $key, $_ := $v.podLabels }}
+{{- if or (has $key (list "app" "component" "isvc.generation")) (regexMatch "^(internal\\.)?serving\\.kserve\\.io/" $key) (hasPrefix "app.kubernetes.io/" $key) }}
+{{- $errors = append $errors (printf "podLabels.%s: KServe or the chart set this label on the group's pods (Services, the NetworkPolicy and the chart's selectors rely on it); use another key" $key) }}
+{{- else if hasKey ($v.inferenceService.labels | default dict) $key }}
+{{- $errors = append $errors (printf "podLabels.%s is also in inferenceService.labels: KServe copies both into the pods and inferenceService.labels wins; set it in one of them" $key) }}
+{{- end }}
+{{- end }}
+
+{{- /* pod annotations: KServe drops some (serviceAnnotationDisallowedList's defaults) and sets others */}}
+{{- $dropped := list "autoscaling.knative.dev/min-scale" "autoscaling.knative.dev/max-scale" "kubectl.kubernetes.io/last-applied-configuration" "modelFormat" }}
+{{- range $key, $_ := $v.podAnnotations }}
+{{- if eq $key "k8s.v1.cni.cncf.io/networks" }}
+{{- $errors = append $errors "podAnnotations.k8s.v1.cni.cncf.io/networks: set secondaryNetworks instead (a list of NetworkAttachmentDefinition names; the chart writes the annotation)" }}
+{{- else if has $key $dropped }}
+{{- $errors = append $errors (printf "podAnnotations.%s: KServe drops this annotation before it reaches the pods (its serviceAnnotationDisallowedList); remove it" $key) }}
+{{- else if regexMatch "^(internal\\.)?serving\\.kserve\\.io/|^prometheus\\.kserve\\.io/" $key }}
+{{- $errors = append $errors (printf "podAnnotations.%s: KServe or the chart own this annotation; set the chart value that decides it, or inferenceService.annotations for KServe's own settings" $key) }}
+{{- end }}
+{{- end }}
+
+{{- /* extra volumes: no name or path the chart or KServe use */}}
+{{- $reserved := include "multinode-llm.reservedVolumes" . | fromJson }}
+{{- $volumes := list }}
+{{- range $i, $vol := $v.extraVolumes }}
+{{- if hasKey $reserved.names $vol.name }}
+{{- $errors = append $errors (printf "extraVolumes[%d].name=%s is %s; give the volume another name" $i $vol.name (get $reserved.names $vol.name)) }}
+{{- else if has $vol.name $volumes }}
+{{- $errors = append $errors (printf "extraVolumes[%d].name=%s is used twice; give each volume its own name" $i $vol.name) }}
+{{- end }}
+{{- $volumes = append $volumes $vol.name }}
+{{- end }}
+{{- $paths := list }}
+{{- range $i, $mount := $v.extraVolumeMounts }}
+{{- $path := trimSuffix "/" $mount.mountPath | default "/" }}
+{{- if not (has $mount.name $volumes) }}
+{{- $errors = append $errors (printf "extraVolumeMounts[%d].name=%s names no volume of extraVolumes; add the volume to extraVolumes or fix the name" $i $mount.name) }}
+{{- end }}
+{{- if hasKey $reserved.paths $path }}
+{{- $errors = append $errors (printf "extraVolumeMounts[%d].mountPath=%s is %s; mount it elsewhere (e.g. under /mnt/extra)" $i $mount.mountPath (get $reserved.paths $path)) }}
+{{- else if eq $path "/" }}
+{{- $errors = append $errors (printf "extraVolumeMounts[%d].mountPath=/ would hide the image; mount it below (e.g. /mnt/extra)" $i) }}
+{{- else if has $path $paths }}
+{{- $errors = append $errors (printf "extraVolumeMounts[%d].mountPath=%s is mounted twice; give each mount its own path" $i $mount.mountPath) }}
+{{- end }}
+{{- $paths = append $paths $path }}
+{{- end }}
+
+{{- /* topology spread: a selector that counts this group's pods */}}
+{{- range $role := list "head" "worker" }}
+{{- $podLabels := merge (dict "serving.kserve.io/inferenceservice" $fullname "component" "predictor" "app" (printf "isvc.%s-predictor%s" $fullname (ternary "-worker" "" (eq $role "worker")))) ($v.podLabels | default dict) ($v.inferenceService.labels | default dict) (include "multinode-llm.stableLabels" $ | fromYaml) }}
+{{- range $i, $constraint := index $v $role "topologySpreadConstraints" }}
+{{- $at := printf "%s.topologySpreadConstraints[%d]" $role $i }}
+{{- if not $constraint.labelSelector }}
+{{- $errors = append $errors (printf "%s has no labelSelector: the scheduler would count no pod and spread nothing; add labelSelector.matchLabels serving.kserve.io/inferenceservice: %s (every pod of this group)" $at $fullname) }}
+{{- else }}
+{{- range $key, $value := $constraint.labelSelector.matchLabels }}
+{{- if eq $key "isvc.generation" }}
+{{- $errors = append $errors (printf "%s.labelSelector.matchLabels.isvc.generation: KServe changes it with every new generation of the InferenceService; use matchLabelKeys: [isvc.generation] to count only the pods of the same generation" $at) }}
+{{- else if ne (toString (get $podLabels $key)) (toString $value) }}
+{{- $errors = append $errors (printf "%s.labelSelector.matchLabels %s=%s matches no %s pod of this group (it carries %s); select serving.kserve.io/inferenceservice: %s, component: predictor, or a key of podLabels" $at $key (toString $value) $role (ternary "no such label" (printf "%s=%s" $key (get $podLabels $key)) (not (hasKey $podLabels $key))) $fullname) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.validatePlacement" */}}
 
 {{- /* Seconds kubelet lets a container start before it restarts it: initialDelaySeconds +
 periodSeconds x failureThreshold of its startup probe. Context: the probe (head.probes.startup). */}}
