@@ -69,6 +69,12 @@ class Change:
 
 
 DIGEST = "sha256:" + "5" * 64
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "DoNotSchedule",
+    "labelSelector": {"matchLabels": {"serving.kserve.io/inferenceservice": "llm-multinode-llm"}},
+}
 CACHE_URL = "http://cache-multinode-llm-cache.cache.svc.cluster.local:8090"
 CHANGES = [
     Change("image.tag", "`0.1.0` -> `0.1.1`", {}, {"image": {"tag": "0.1.1"}}),
@@ -154,6 +160,37 @@ CHANGES = [
         {},
         {"networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]}},
     ),
+    Change("priorityClassName", "empty -> `gpu-high`", {}, {"priorityClassName": "gpu-high"}),
+    Change("podLabels", "`{}` -> `{team: llm}`", {}, {"podLabels": {"team": "llm"}}),
+    Change(
+        "podAnnotations",
+        "`{}` -> `{example.com/owner: llm}`",
+        {},
+        {"podAnnotations": {"example.com/owner": "llm"}},
+    ),
+    Change(
+        "worker.topologySpreadConstraints",
+        "`[]` -> one pod of the group per node",
+        {},
+        {"worker": {"topologySpreadConstraints": [SPREAD]}},
+    ),
+    Change(
+        "extraVolumes",
+        "none -> a ConfigMap at `/etc/ssl/internal`",
+        {},
+        {
+            "extraVolumes": [{"name": "ca", "configMap": {"name": "internal-ca"}}],
+            "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/internal"}],
+        },
+    ),
+    Change(
+        "rdma.*",
+        "off -> `rdma/rdma_shared_device_a: 1`",
+        {},
+        {"rdma": {"enabled": True, "resources": {"rdma/rdma_shared_device_a": 1}}},
+    ),
+    Change("secondaryNetworks", "`[]` -> `[rdma-net]`", {}, {"secondaryNetworks": ["rdma-net"]}),
+    Change("hostNetwork", "false -> true", {}, {"hostNetwork": True}),
     Change(
         "monitoring.podMonitor.enabled",
         "false -> true",

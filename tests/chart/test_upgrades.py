@@ -9,13 +9,16 @@ the chart, and assert the properties users rely on, from the same renders.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from types import ModuleType
 from typing import Any
 
 import pytest
-from chartlib import ROOT, hack_script, helm
+import yaml
+from chartlib import CHART, ROOT, hack_script, helm
+from multinode_llm.local import kserve
 from multinode_llm.local.kserve import releases
 
 SCRIPT = ROOT / "hack" / "upgrade-matrix.py"
@@ -59,6 +62,8 @@ def test_the_matrix_covers_the_values_users_change(outcomes: dict[str, Any]) -> 
         *("inferenceService.labels", "inferenceService.annotations", "runtime.labels"),
         *("networkPolicy.*", "tests.prompt", "download.resources", "modelCache.endpoint"),
         *("chart version", "kserve.version"),
+        *("priorityClassName", "podLabels", "podAnnotations", "worker.topologySpreadConstraints"),
+        *("extraVolumes", "rdma.*", "secondaryNetworks", "hostNetwork"),
     ]
     assert [n for n in wanted if n not in outcomes] == []
 
@@ -68,6 +73,55 @@ def test_a_chart_version_bump_restarts_nothing(outcomes: dict[str, Any]) -> None
     assert restarts_nothing(bump)
     assert set(bump.jobs.values()) == {"same"}
     assert bump.others == []
+
+
+def pod_template_bytes(workload: Any) -> bytes:
+    """A pod template as KServe writes it into its Deployment, in the order it was built: the
+    bytes compared, so that a reordered list or a number turned string counts as a change."""
+    template = {
+        "metadata": {"labels": workload.labels, "annotations": workload.annotations},
+        "spec": workload.pod_spec,
+    }
+    return json.dumps(template, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("version", releases.versions("supported"))
+@pytest.mark.parametrize("example", ["defaults", "placement-rdma"])
+def test_a_chart_version_bump_leaves_every_pod_template_byte_identical(
+    version: str, example: str
+) -> None:
+    """The new chart's objects, put through KServe, give Deployments whose pod templates are the
+    old ones byte for byte: no GPU pod restarts for a chart upgrade, placement values included."""
+    if not helm("helm4").exists():
+        pytest.skip(f"{helm('helm4')} missing: run `bash hack/install-tools.sh`")
+    module = matrix()
+    values = module.merged(module.BASE, {"kserve": {"version": version}})
+    if example != "defaults":
+        given = yaml.safe_load((CHART / "examples" / f"values-{example}.yaml").read_text())
+        values = module.merged(values, given)
+    templates = []
+    for fields in ({}, {"version": "9.9.9"}):
+        with module.chart_copy(CHART, fields) as chart:
+            cluster = kserve.Cluster(releases.get(version))
+            cluster.apply(module.render(chart, values), module.RELEASE, module.NAMESPACE)
+            [group] = cluster.reconcile()
+        templates.append([pod_template_bytes(w) for w in (group.head, group.worker)])
+    assert templates[0] == templates[1]
+
+
+@pytest.mark.parametrize("value", ["priorityClassName", "podAnnotations", "podLabels"])
+def test_a_placement_change_restarts_the_whole_group(outcomes: dict[str, Any], value: str) -> None:
+    """Both pod templates carry it: the head and every worker are replaced (docs/upgrades.md)."""
+    change = outcomes[value]
+    assert change.head
+    assert change.worker
+
+
+def test_pod_metadata_changes_keep_the_generation(outcomes: dict[str, Any]) -> None:
+    """podLabels and podAnnotations live on the runtime: no new headless Services for them."""
+    for value in ("podLabels", "podAnnotations", "secondaryNetworks"):
+        assert outcomes[value].generations == (1, 1), value
+        assert outcomes[value].new_services == [], value
 
 
 def test_a_new_prompt_for_helm_test_restarts_nothing(outcomes: dict[str, Any]) -> None:
