@@ -297,6 +297,11 @@ TABLE: dict[str, Refusal] = {
         "communication.ncclIbDisable",
         "set communication.ncclIbDisable=false",
     ),
+    "NCCL_IB_HCA in head env": Refusal(
+        {"head": {"env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}]}},
+        "head.env[0]",
+        "set rdma.hca instead",
+    ),
     "rdma settings with rdma off": Refusal(
         {"rdma": {"ipcLock": True}}, "rdma.ipcLock", "set rdma.enabled=true, or unset rdma.ipcLock"
     ),

@@ -556,7 +556,8 @@ template:
   "NCCL_SOCKET_IFNAME" "set communication.socketIfname instead"
   "GLOO_SOCKET_IFNAME" "set communication.socketIfname instead"
   "NCCL_DEBUG" "set communication.ncclDebug instead"
-  "NCCL_IB_DISABLE" "set communication.ncclIbDisable instead"
+  "NCCL_IB_DISABLE" "set communication.ncclIbDisable (TCP sockets) or rdma.enabled (RDMA) instead"
+  "NCCL_IB_HCA" "set rdma.hca instead"
   "HOME" "the chart points it at the writable /tmp"
   "PYTHONPATH" "KServe refuses it for security reasons"
   | toJson }}
