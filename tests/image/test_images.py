@@ -227,14 +227,19 @@ def test_chart_container_writes_only_its_volumes(
     assert home is None or any(home == t or home.startswith(t + "/") for t in writable), home
 
 
+# vllm._C holds the CPU kernels: its shared libraries (libnuma) must be in the image; vLLM only
+# warns when it cannot load them, and the engine then fails at its first forward pass.
+IMPORT_PROBE = "import vllm, vllm._C, ray, multinode_llm.group.head; print(vllm.__version__)"
+
+
 def test_serving_imports_vllm_and_ray_read_only(serving: MountedImage, scratch: Path) -> None:
-    """The head's container, read-only root and its volumes: vLLM, Ray and the supervisor import
-    (their caches go under HOME on /tmp, as the chart sets it)."""
+    """The head's container, read-only root and its volumes: vLLM with its CPU kernels, Ray and
+    the supervisor import (their caches go under HOME on /tmp, as the chart sets it)."""
     [(container, spec)] = [
         (c, s) for name, c, s in CHART_CONTAINERS if name == "ServingRuntime-kserve-container"
     ]
     ran = serving.run(
-        ["python3", "-c", "import vllm, ray, multinode_llm.group.head; print(vllm.__version__)"],
+        ["python3", "-c", IMPORT_PROBE],
         volumes=pod_volumes(container, spec, scratch, serving=True),
         env=container_env(container),
         timeout=300,
