@@ -66,6 +66,7 @@ def healthy_group(minutes: int, **override: str) -> list[Series]:
         "head_up": "1" + flat,
         "worker_up": "1" + flat,
         "head_restarts": "0" + flat,
+        "head_ready": "1" + flat,
         **override,
     }
     found = [
@@ -73,6 +74,7 @@ def healthy_group(minutes: int, **override: str) -> list[Series]:
         series("multinode_llm_group_nodes_expected", head, values["expected"]),
         series("multinode_llm_group_lost_nodes", head, values["lost_nodes"]),
         series("multinode_llm_worker_joined", worker, values["joined"]),
+        series("multinode_llm_probe_ok", {**head, "probe": "ready"}, values["head_ready"]),
         series("up", target(HEAD_POD, "head"), values["head_up"]),
         series("up", target(WORKER_POD, "worker"), values["worker_up"]),
     ]
@@ -139,6 +141,7 @@ def group_pod(pod: str, severity: str) -> dict[str, str]:
 
 def group_cases() -> list[dict[str, Any]]:
     head_ready = {**member(HEAD_POD, "head"), "severity": "critical"}
+    degraded = {"severity": "critical", "namespace": NAMESPACE, "inferenceservice": ISVC}
     return [
         case("a healthy group raises nothing", healthy_group(60), quiet("59m", *GROUP_ALERTS)),
         case(
@@ -146,18 +149,32 @@ def group_cases() -> list[dict[str, Any]]:
             healthy_group(30, nodes="2x5 1x25", lost_nodes="0x5 1x25"),
             [
                 alert("MultinodeLLMGroupDegraded", "8m"),
-                alert("MultinodeLLMGroupDegraded", "15m", group_pod(HEAD_POD, "critical")),
+                alert("MultinodeLLMGroupDegraded", "15m", degraded),
             ],
         ),
         case(
             "a worker whose status port stops answering degrades the group",
             healthy_group(30, worker_up="1x5 0x25"),
-            [alert("MultinodeLLMGroupDegraded", "15m", group_pod(WORKER_POD, "critical"))],
+            [alert("MultinodeLLMGroupDegraded", "15m", degraded)],
         ),
         case(
             "a group still forming is not degraded (the engine's alert covers it)",
-            healthy_group(30, nodes="1x30", formation="", engine_ready="0x30"),
+            healthy_group(30, nodes="1x30", formation="", engine_ready="0x30", head_ready="0x30"),
             quiet("25m", "MultinodeLLMGroupDegraded"),
+        ),
+        case(
+            "a head that started again stays degraded while the group re-forms, then resolves",
+            healthy_group(
+                40,
+                head_restarts="0x5 1x35",
+                head_ready="1x5 0x25 1x10",
+                formation="95x5 _x25 95x10",
+                nodes="2x5 1x25 2x10",
+            ),
+            [
+                alert("MultinodeLLMGroupDegraded", "20m", degraded),
+                alert("MultinodeLLMGroupDegraded", "38m"),
+            ],
         ),
         case(
             "an engine not ready past engineNotReadyFor",

@@ -25,6 +25,7 @@ from multinode_llm.local.state import ClusterPlan, Forward
 SCENARIO = "Prometheus PP=2 TP=1"
 ALERT = "MultinodeLLMGroupDegraded"
 FIRING = f'ALERTS{{alertname="{ALERT}", alertstate="firing"}}'
+HEAD_NOT_READY = 'multinode_llm_probe_ok{role="head", probe="ready"} == 0'
 # The chart's monitoring objects, with the alert's `for:` short enough to watch it fire here.
 MONITORING = (
     "monitoring.podMonitor.enabled=true",
@@ -235,8 +236,8 @@ def test_a_killed_worker_fires_group_degraded_and_it_resolves_once_healed(
     monitored: Monitored,
 ) -> None:
     """The alert fires after the kill (seen in its ALERTS series, so a short firing is not missed
-    between polls) and is neither firing nor pending once the group serves again. The times come
-    from Prometheus's own evaluations."""
+    between polls), keeps firing until the head is Ready again, and is neither firing nor pending
+    once the group serves. The times come from Prometheus's own evaluations."""
     group = monitored.group
     killed = group.kill("worker")
     group.wait(lambda: bool(monitored.fired_since(killed)), ALERT_S, f"{ALERT} to fire")
@@ -253,6 +254,13 @@ def test_a_killed_worker_fires_group_degraded_and_it_resolves_once_healed(
     group.wait(monitored.quiet, ALERT_S, f"{ALERT} to resolve")
     firing = monitored.prometheus.samples(FIRING, killed, time.time())
     first, resolved = firing[0] - killed, firing[-1] + INTERVAL_S - killed
+    # Resolved only once the head is Ready again (the restarted head re-forming the group is
+    # still the degraded group), not when its new supervisor first answers.
+    not_ready = monitored.prometheus.samples(HEAD_NOT_READY, killed, time.time())
+    assert not_ready, "the head never reported not Ready after the kill"
+    assert firing[-1] + 2 * INTERVAL_S >= not_ready[-1], (
+        f"{ALERT} resolved {not_ready[-1] - firing[-1]:.1f} s before the head was Ready again"
+    )
     print(
         f"{ALERT}: fired {first:.1f} s after the kill, resolved at {resolved:.1f} s; "
         f"serving again at {healed - killed:.1f} s"
