@@ -11,7 +11,8 @@ it, where groupSpecHome is "runtime". Context: dict "root" $ "groupSpec" hash-or
 {{- /* No prometheus.kserve.io/port or /path: KServe reads them for Serverless's queue-proxy
 (metrics aggregation) and for the OTel collector of KEDA autoscaling only, neither of which a
 multi-node group runs (pod/metrics_aggregate_injector.go, otel_reconciler.go, v0.15-v0.20); the
-PodMonitors (monitoring.podMonitor) name the metrics ports. */ -}}
+PodMonitors (monitoring.podMonitor) and the ServiceMonitor's Service (monitoring.serviceMonitor)
+name the metrics ports. */ -}}
 {{- /* podLabels and podAnnotations on the runtime's head and workerSpec: KServe copies them into
 the head's and the workers' pod templates (buildObjectMeta, reconcileWorker, components/predictor.go,
 every release), and a change of them stays a runtime change (the InferenceService keeps its

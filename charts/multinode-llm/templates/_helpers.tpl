@@ -708,6 +708,11 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $errors = append $errors (printf "the InferenceService name %q (release name%s) must start with a letter, hold only a-z, 0-9 and '-', and be at most 41 characters (KServe labels pods isvc.<name>-predictor-worker); use a shorter release name or set fullnameOverride" $fullname (ternary " via fullnameOverride" " plus chart name" (not (empty $v.fullnameOverride)))) }}
 {{- end }}
 
+{{- /* one kind of monitor: both would scrape every pod into the same series twice */}}
+{{- if and $v.monitoring.podMonitor.enabled $v.monitoring.serviceMonitor.enabled }}
+{{- $errors = append $errors "monitoring.podMonitor.enabled=true with monitoring.serviceMonitor.enabled=true: both scrape the same pods into the same series (same job and labels), so Prometheus would take every sample twice from two scrape jobs; enable one of them (PodMonitors where the Prometheus selects them, a ServiceMonitor where it only selects ServiceMonitors; docs/monitoring.md)" }}
+{{- end }}
+
 {{- /* the head must give up on a missing worker, and say so, before kubelet kills it */}}
 {{- $budget := include "multinode-llm.startupBudget" $v.head.probes.startup }}
 {{- if ge (int $v.group.waitTimeoutSeconds) (int $budget) }}

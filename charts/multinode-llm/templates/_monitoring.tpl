@@ -43,3 +43,32 @@ severity: {{ .severity }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{- /* Relabelings of every group scrape endpoint, PodMonitor or ServiceMonitor: job (the
+fullname, whatever the operator's default) and inferenceservice (KServe's pod label), the labels
+the alerts and the dashboard select by. Context: root. */}}
+{{- define "multinode-llm.groupRelabelings" -}}
+- targetLabel: job
+  replacement: {{ include "multinode-llm.fullname" . }}
+- sourceLabels:
+    - __meta_kubernetes_pod_label_serving_kserve_io_inferenceservice
+  targetLabel: inferenceservice
+{{- end }}
+
+{{- /* Relabelings of the cache's scrape endpoint: job (the cache's name) and the node each pod
+serves. Context: root. */}}
+{{- define "multinode-llm.cacheRelabelings" -}}
+- targetLabel: job
+  replacement: {{ include "multinode-llm.cacheName" . }}
+- sourceLabels:
+    - __meta_kubernetes_pod_node_name
+  targetLabel: node
+{{- end }}
+
+{{- /* Relabeling of a ServiceMonitor endpoint that drops the operator's `service` label, so its
+series carry the PodMonitor's labels exactly (namespace, pod, container, endpoint, job plus the
+relabelings'). Context: none. */}}
+{{- define "multinode-llm.dropServiceLabel" -}}
+- action: labeldrop
+  regex: service
+{{- end }}
