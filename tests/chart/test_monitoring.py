@@ -1,4 +1,5 @@
-"""The monitoring objects (issue 16): PodMonitors, the PrometheusRule and the Grafana dashboard.
+"""The monitoring objects (issue 16): PodMonitors or ServiceMonitors, the PrometheusRule and the
+Grafana dashboard.
 
 They validate against the real Prometheus Operator CRDs (where PROMETHEUS_OPERATOR_CRD_DIR points at
 them), render only when asked, and their PromQL is what Prometheus' own promtool accepts: every
@@ -33,6 +34,14 @@ from chartlib import (
 )
 from crdschema import crd_schemas, schema_errors
 from multinode_llm.local import kserve
+from scrapelabels import (
+    endpoint_target,
+    pod_meta,
+    pod_monitor_rules,
+    pod_target,
+    relabel,
+    service_monitor_rules,
+)
 
 EXAMPLE = EXAMPLES / "values-monitoring.yaml"
 DOCS = ROOT / "docs" / "monitoring.md"
@@ -60,6 +69,16 @@ ALERTS = {
 def monitored(release: dict[str, Any], **rules: Any) -> Render:
     monitoring = {**ALL_ON, "rules": {"enabled": True, **rules}}
     return template("helm4", values={**release, "monitoring": monitoring})
+
+
+def service_monitored(release: dict[str, Any]) -> Render:
+    """``release`` with ServiceMonitors in place of the PodMonitors, and the other objects on."""
+    monitoring = {**ALL_ON, "podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}}
+    return template("helm4", values={**release, "monitoring": monitoring})
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +166,169 @@ def test_the_strict_crd_check_catches_a_typo_in_a_pod_monitor(
     assert schema_errors(prometheus_crds[("monitoring.coreos.com/v1", "PodMonitor")], monitor)
 
 
+@pytest.mark.parametrize(
+    "release", [MODEL, CACHE, {**MODEL, "modelCache": {"endpoint": "http://c:8090"}}]
+)
+def test_service_monitors_are_valid_under_the_prometheus_operator_crds_strictly(
+    helm4_only: None, prometheus_crds: dict[tuple[str, str], dict[str, Any]], release: Any
+) -> None:
+    docs = [d for d in service_monitored(release).documents() if d["kind"] in MONITORING_KINDS]
+    assert {d["kind"] for d in docs} == {"ServiceMonitor", "PrometheusRule"}
+    for doc in docs:
+        assert schema_errors(prometheus_crds[(doc["apiVersion"], doc["kind"])], doc) == []
+
+
+@pytest.mark.parametrize("release", [MODEL, CACHE], ids=["model", "cache"])
+def test_a_service_monitor_gives_the_pod_monitors_series_labels(
+    helm4_only: None, release: Any
+) -> None:
+    """Same ports, path, interval and relabelings, plus dropping the `service` label the operator
+    adds to ServiceMonitor targets (its job default, the Service's name, is relabelled anyway)."""
+    [pod_monitor] = monitored(release).of_kind("PodMonitor")
+    [service_monitor] = service_monitored(release).of_kind("ServiceMonitor")
+    assert service_monitor["metadata"]["name"] == pod_monitor["metadata"]["name"]
+    drop_service = {"action": "labeldrop", "regex": "service"}
+    expected = [
+        {**e, "relabelings": [*e["relabelings"], drop_service]}
+        for e in pod_monitor["spec"]["podMetricsEndpoints"]
+    ]
+    assert service_monitor["spec"]["endpoints"] == expected
+
+
+Monitors = tuple[dict[str, Any], dict[str, Any]]
+
+
+def scraped(
+    meta: dict[str, str], monitors: Monitors, container: dict[str, Any], service: str
+) -> list[tuple[str, dict[str, str] | None, dict[str, str] | None]]:
+    """(port, PodMonitor's labels, ServiceMonitor's labels) of every named port of ``container``
+    (of the pod ``meta`` describes) that the monitors scrape, as the operator's jobs label them."""
+    pod_monitor, service_monitor = monitors
+    by_port = {e["port"]: e for e in service_monitor["spec"]["endpoints"]}
+    found = []
+    for endpoint in pod_monitor["spec"]["podMetricsEndpoints"]:
+        port = endpoint["port"]
+        if port not in {p.get("name") for p in container.get("ports", [])}:
+            continue
+        via_pod = relabel(
+            pod_target(meta, container["name"], port),
+            pod_monitor_rules(pod_monitor, endpoint),
+        )
+        via_service = relabel(
+            endpoint_target(meta, service, container["name"], port),
+            service_monitor_rules(by_port[port]),
+        )
+        found.append((port, via_pod, via_service))
+    return found
+
+
+def both_monitors(release: dict[str, Any]) -> Monitors:
+    [pod_monitor] = monitored(release).of_kind("PodMonitor")
+    [service_monitor] = service_monitored(release).of_kind("ServiceMonitor")
+    return pod_monitor, service_monitor
+
+
+def test_head_and_worker_series_get_the_same_labels_from_either_monitor(
+    helm4_only: None,
+) -> None:
+    """Relabelled the way the operator's scrape jobs do: job, inferenceservice, namespace, pod,
+    container and endpoint, and no `service`, whichever monitor scrapes."""
+    cluster = kserve.Cluster(kserve.releases.default())
+    cluster.apply(service_monitored(MODEL).documents(), RELEASE, NAMESPACE)
+    [reconciled] = cluster.reconcile()
+    monitors = both_monitors(MODEL)
+    ports: dict[str, list[str]] = {}
+    for workload in (reconciled.head, reconciled.worker):
+        meta = pod_meta(NAMESPACE, f"{workload.name}-0", "node-a", workload.labels)
+        found = scraped(meta, monitors, workload.container, f"{FULLNAME}-metrics")
+        ports[workload.role] = [port for port, _, _ in found]
+        for port, via_pod, via_service in found:
+            assert via_service == via_pod, (workload.role, port)
+            assert via_pod is not None
+            assert set(via_pod) == {
+                "job",
+                "inferenceservice",
+                "namespace",
+                "pod",
+                "container",
+                "endpoint",
+            }
+            assert (via_pod["job"], via_pod["inferenceservice"]) == (FULLNAME, FULLNAME)
+            assert (via_pod["namespace"], via_pod["endpoint"]) == (NAMESPACE, port)
+    assert ports == {"head": ["status", "http"], "worker": ["status"]}
+
+
+def test_cache_series_get_the_same_labels_from_either_monitor(helm4_only: None) -> None:
+    [daemon_set] = service_monitored(CACHE).of_kind("DaemonSet")
+    template_ = daemon_set["spec"]["template"]
+    meta = pod_meta(NAMESPACE, "cache-x", "node-a", template_["metadata"]["labels"])
+    [container] = [c for c in template_["spec"]["containers"] if c["name"] == "cache"]
+    service = f"{FULLNAME}-cache-metrics"
+    [(port, via_pod, via_service)] = scraped(meta, both_monitors(CACHE), container, service)
+    assert via_service == via_pod
+    assert via_pod is not None
+    assert set(via_pod) == {"job", "node", "namespace", "pod", "container", "endpoint"}
+    assert (via_pod["job"], via_pod["node"], port) == (f"{FULLNAME}-cache", "node-a", "http")
+
+
+@pytest.mark.parametrize("release", [MODEL, CACHE], ids=["model", "cache"])
+def test_the_rules_are_the_same_with_either_monitor(helm4_only: None, release: Any) -> None:
+    assert rules_spec(service_monitored(release)) == rules_spec(monitored(release))
+
+
+def test_the_metrics_service_lists_head_and_workers_and_is_the_only_one_selected(
+    helm4_only: None,
+) -> None:
+    """Its selector matches the pods KServe makes (local emulation of its controller); the
+    ServiceMonitor's matches it and no other Service, KServe's included; workers have no port
+    named `http`, so Kubernetes lists them under `status` only."""
+    docs = service_monitored(MODEL).documents()
+    cluster = kserve.Cluster(kserve.releases.default())
+    cluster.apply(docs, RELEASE, NAMESPACE)
+    [reconciled] = cluster.reconcile()
+    [service] = [d for d in docs if d["kind"] == "Service"]
+    assert service["metadata"]["name"] == f"{FULLNAME}-metrics"
+    spec = service["spec"]
+    assert spec["clusterIP"] == "None"
+    assert spec["selector"] == {
+        "serving.kserve.io/inferenceservice": FULLNAME,
+        "component": "predictor",
+    }
+    assert matches(spec["selector"], reconciled.head.labels)
+    assert matches(spec["selector"], reconciled.worker.labels)
+    assert [(p["name"], p["targetPort"]) for p in spec["ports"]] == [
+        ("http", "http"),
+        ("status", "status"),
+    ]
+    [monitor] = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    assert matches(wanted, service["metadata"]["labels"])
+    kserves = cluster.services_of(NAMESPACE, reconciled.isvc_name)
+    assert kserves
+    assert not any(matches(wanted, s.labels) for s in kserves)
+
+
+def test_the_cache_service_monitor_selects_only_its_metrics_service(helm4_only: None) -> None:
+    """The cache's two Services carry the same labels: selecting them would scrape twice."""
+    docs = service_monitored(CACHE).documents()
+    [monitor] = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    services = [d for d in docs if d["kind"] == "Service"]
+    picked = [s["metadata"]["name"] for s in services if matches(wanted, s["metadata"]["labels"])]
+    assert picked == [f"{FULLNAME}-cache-metrics"]
+    [metrics] = [s for s in services if s["metadata"]["name"] == picked[0]]
+    [daemon_set] = [d for d in docs if d["kind"] == "DaemonSet"]
+    pod_labels = daemon_set["spec"]["template"]["metadata"]["labels"]
+    assert matches(metrics["spec"]["selector"], pod_labels)
+    assert [(p["name"], p["targetPort"]) for p in metrics["spec"]["ports"]] == [("http", "http")]
+
+
 @pytest.mark.parametrize("release", [MODEL, CACHE], ids=["model", "cache"])
 def test_nothing_monitoring_renders_unless_asked(helm4_only: None, release: Any) -> None:
     docs = template("helm4", values=release).documents()
     assert [d["kind"] for d in docs if d["kind"] in MONITORING_KINDS] == []
     components = {d["metadata"].get("labels", {}).get("app.kubernetes.io/component") for d in docs}
-    assert components.isdisjoint({"monitoring", "dashboard"})
+    assert components.isdisjoint({"monitoring", "dashboard", "metrics", "model-cache-metrics"})
 
 
 def test_the_group_monitor_scrapes_vllm_and_the_supervisors_with_the_alerts_labels(
@@ -439,6 +615,7 @@ def test_every_multinode_llm_metric_of_the_contract_is_emitted_by_the_runtime() 
     "value",
     [
         "monitoring.podMonitor.enabled",
+        "monitoring.serviceMonitor.enabled",
         "monitoring.rules.enabled",
         "monitoring.dashboard.enabled",
         "monitoring.scrapers",

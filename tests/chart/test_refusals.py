@@ -442,6 +442,11 @@ TABLE: dict[str, Refusal] = {
         },
         "worker.topologySpreadConstraints",
     ),
+    "pod and service monitors together": Refusal(
+        {"monitoring": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}},
+        "monitoring.serviceMonitor.enabled",
+        "enable one of them",
+    ),
     "group wait beyond the startup budget": Refusal(
         {"group": {"waitTimeoutSeconds": 3600}},
         "group.waitTimeoutSeconds",
