@@ -198,6 +198,12 @@ CHANGES = [
         {"monitoring": {"podMonitor": {"enabled": True}}},
     ),
     Change(
+        "monitoring.serviceMonitor.enabled",
+        "false -> true",
+        {},
+        {"monitoring": {"serviceMonitor": {"enabled": True}}},
+    ),
+    Change(
         "monitoring.rules.enabled",
         "false -> true",
         {},
