@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,6 +193,7 @@ def local_group(
     wait_s: float = 900,
     kserve_version: str = "",
     also: Sequence[str] = (),
+    images: Mapping[str, str] | None = None,
 ) -> Iterator[LocalGroup]:
     """A local cluster from the chart with the built-in local values plus ``sets``; removed after,
     and checked to have left no process, namespace, hosts file, bridge, state or mount behind."""
@@ -208,6 +209,7 @@ def local_group(
             node_gpus=node_gpus,
             kserve_version=kserve_version,
             also=also,
+            images=images or {},
         )
         started = time.monotonic()
         group: LocalGroup | None = None

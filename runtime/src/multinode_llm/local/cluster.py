@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from multinode_llm.errors import UserError
-from multinode_llm.local import kserve
+from multinode_llm.local import images, kserve
 from multinode_llm.local.chart import find_chart, find_helm
 from multinode_llm.local.k8s import Obj, deployment_status
 from multinode_llm.local.kubelet import enter_command
@@ -71,6 +71,9 @@ class UpOptions:
     wait_s: float | None = None  # None: the head's startup budget plus a margin
     kserve_version: str = ""  # the KServe release to be; empty: the one the chart rendered for
     also: Sequence[str] = ()  # more releases of the chart, with the same values, beside the first
+    # Image repository as rendered -> a local buildah image: those containers run from the image's
+    # root filesystem (local/images.py) instead of this machine's Python. Empty: none does.
+    images: Mapping[str, str] = field(default_factory=dict)
 
 
 def up(options: UpOptions, progress: Callable[[str], None] = lambda line: None) -> ClusterPlan:
@@ -107,6 +110,8 @@ def start(options: UpOptions, progress: Callable[[str], None] = lambda line: Non
     try:
         objects = [obj for objs in rendered.values() for obj in objs]
         plan = _plan(options, state, network, release, reconciled, objects, claims, listener)
+        if options.images:
+            plan = images.attach(plan, options.images)
         state.write_plan(plan)
         _start_kubelet(state, listener)
     except BaseException:
@@ -178,6 +183,10 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
         _kill_all(_pids_in(namespace))
     Network(prefix, _subnet(DEFAULT_SUBNET)).destroy()
     removed += [f"network namespace {n}" for n in namespaces]
+    planned = state.load_plan() if state.directory.exists() else None
+    working = images.working_containers(planned) if planned else []
+    images.remove(working)  # after the processes: their mounts hold the image roots
+    removed += [f"working container {name}" for name in working]
     if state.directory.exists():
         shutil.rmtree(state.directory, ignore_errors=True)
         removed.append(f"state {state.directory}")

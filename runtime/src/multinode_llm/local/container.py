@@ -13,6 +13,7 @@ Only the standard library is imported here: this runs once per container start.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 _COVERED: set[Path] = set()  # directories this init covered with a writable tmpfs mirror
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before a chroot into an image root
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +35,9 @@ def main(argv: list[str]) -> int:
     mounts = container["mounts"]
     # Open every source first: a later mount (the pod's /tmp) may cover where a source lives.
     sources = {index: _open_source(m) for index, m in enumerate(mounts) if m["kind"] == "bind"}
+    if container.get("rootfs"):
+        _enter_image_root(container, mounts, sources)
+        return _supervise(_start(container))
     image_paths = _image_paths()
     closed = _closed_ancestors(image_paths, container["uid"])
     image = _keep_image_paths(image_paths, [m["target"] for m in mounts] + closed)
@@ -45,6 +50,56 @@ def main(argv: list[str]) -> int:
     for path, descriptor in image.items():
         _restore(path, descriptor)
     return _supervise(_start(container))
+
+
+def _enter_image_root(
+    container: dict[str, Any], mounts: list[dict[str, Any]], sources: dict[int, int]
+) -> None:
+    """Make the image's root filesystem (a buildah working container, ``rootfs``) this init's root.
+
+    Mount points missing from the image are made in the working container's own layer, as a
+    container runtime makes them; then the root is bound (read-only where the pod says), given
+    /proc, /sys (read-only) and /dev, the pod network's /etc/hosts and /etc/resolv.conf, and the
+    pod's volumes, all with this machine's tools; then this init chroots into it, so that the
+    command, and exec probes entering with ``nsenter --root``, run inside the image.
+    """
+    root = container["rootfs"].rstrip("/")
+    network_files = {
+        name: os.open(f"/etc/{name}", os.O_PATH)
+        for name in ("hosts", "resolv.conf")
+        if os.path.exists(f"/etc/{name}")
+    }
+    for index, mount in enumerate(mounts):
+        source = sources.get(index)
+        is_dir = source is None or os.path.isdir(f"/proc/self/fd/{source}")
+        _make_mount_point(root + mount["target"], is_dir)
+    for name in network_files:
+        _make_mount_point(f"{root}/etc/{name}", directory=False)
+    _run("mount", "--bind", root, root)
+    if container["read_only_root"]:
+        _run("mount", "-o", "remount,bind,ro", root)
+    _run("mount", "-t", "proc", "proc", f"{root}/proc")
+    _run("mount", "-t", "sysfs", "-o", "ro,nosuid,nodev,noexec", "sysfs", f"{root}/sys")
+    _run("mount", "--rbind", "/dev", f"{root}/dev")
+    for name, descriptor in network_files.items():
+        target = f"{root}/etc/{name}"
+        _run("mount", "-c", "--bind", f"/proc/self/fd/{descriptor}", target, keep_fd=descriptor)
+        os.close(descriptor)
+    for index, mount in enumerate(mounts):
+        _mount({**mount, "target": root + mount["target"]}, sources.get(index))
+    os.chroot(root)
+    os.chdir("/")
+
+
+def _make_mount_point(path: str, directory: bool) -> None:
+    target = Path(path)
+    if target.exists() or target.is_symlink():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if directory:
+        target.mkdir()
+    else:
+        target.touch()
 
 
 def _image_paths() -> list[str]:
@@ -160,6 +215,8 @@ def _cover_with_mirror(parent: Path) -> None:
 
 def _start(container: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start the command as the plan's user, with only the plan's environment."""
+    if container.get("rootfs"):
+        return _start_in_image(container)
     argv = list(container["argv"])
     privileges = ["setpriv"]
     if container["uid"] != 0 or container["gid"] != 0 or container["groups"]:
@@ -175,6 +232,27 @@ def _start(container: dict[str, Any]) -> subprocess.Popen[bytes]:
     env = dict(container["env"])
     os.chdir(container["workdir"])
     return subprocess.Popen(argv, env=env, start_new_session=False)
+
+
+def _start_in_image(container: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """The command inside the image root (this init chrooted into it): no tool of this machine
+    is there, so Python itself drops to the plan's user; a non-root uid keeps no capability."""
+    no_new_privs = _no_new_privs if container["no_new_privs"] else None
+    uid, gid = container["uid"], container["gid"]
+    os.chdir(container["workdir"])
+    return subprocess.Popen(
+        list(container["argv"]),
+        env=dict(container["env"]),
+        user=uid if uid or gid else None,
+        group=gid if uid or gid else None,
+        extra_groups=list(container["groups"]) if uid or gid else None,
+        preexec_fn=no_new_privs,
+    )
+
+
+def _no_new_privs() -> None:
+    if _LIBC.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def _supervise(child: subprocess.Popen[bytes]) -> int:

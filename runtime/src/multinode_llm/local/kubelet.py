@@ -82,6 +82,8 @@ class ProbeCounter:
 def enter_command(init_pid: int, plan: ContainerPlan, argv: list[str]) -> list[str]:
     """The command line that runs ``argv`` inside a running container, as its user, with its env."""
     command = ["nsenter", "--target", str(init_pid), "--net", "--mount", "--pid", "--uts"]
+    if plan.rootfs:  # the init's root is the image's (container.py chroots into it)
+        command.append("--root")
     if plan.uid or plan.gid:
         command += ["--setuid", str(plan.uid), "--setgid", str(plan.gid)]
     env = [f"{key}={value}" for key, value in plan.env.items()]

@@ -80,6 +80,11 @@ class ContainerPlan:
     liveness: Probe | None = None
     # Named container ports (name -> containerPort): what a PodMonitor's endpoint `port` selects.
     ports: dict[str, int] = field(default_factory=dict)
+    image: str = ""  # the pod spec's image reference (local/images.py maps it to a built image)
+    # Set where the container runs from a built image (local/images.py): its mounted root
+    # filesystem and the buildah working container that holds it. Empty: this machine's Python.
+    rootfs: str = ""
+    working_container: str = ""
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,7 @@ def plan_container(
             for port in container.get("ports") or []
             if port.get("name")
         },
+        image=str(container.get("image") or ""),
     )
 
 
