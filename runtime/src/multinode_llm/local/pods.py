@@ -2,7 +2,8 @@
 
 This is the kubelet's side of a pod spec, applied to the host instead of an image: the "image" is
 this machine's filesystem and the Python environment the local cluster runs from, so ``image`` is
-not pulled and the container's ``command`` must name a program found here (``multinode-llm``).
+not pulled and the container's ``command`` must name a program found here (``multinode-llm``),
+unless ``local/images.py`` points the container at a built image's root filesystem.
 The plan is plain data (JSON in the cluster's state directory) so the kubelet daemon, ``status``
 and the tests read the same thing.
 """
