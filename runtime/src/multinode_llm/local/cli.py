@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from multinode_llm.errors import UserError
-from multinode_llm.local import cluster
+from multinode_llm.local import cluster, images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +94,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--helm", type=Path, default=None, help="helm binary; default: .tools/bin/helm, then PATH"
+    )
+    up.add_argument(
+        "--image",
+        dest="images",
+        action="append",
+        default=[],
+        metavar="IMAGE",
+        help="run the containers of IMAGE's repository from this built image's root filesystem "
+        "(repeatable; a buildah image such as hack/build-images.sh's "
+        "ghcr.io/multinode-llm/multinode-llm:0.1.0-cpu); default: from this machine's Python",
     )
     _add_network_arguments(up, with_subnet=True)
 
@@ -192,6 +202,7 @@ def _up_options(args: argparse.Namespace) -> cluster.UpOptions:
         wait_s=args.wait,
         kserve_version=args.kserve_version,
         also=args.also,
+        images={images.repository(image): image for image in args.images},
     )
 
 
