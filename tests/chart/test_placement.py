@@ -47,9 +47,22 @@ def test_priority_and_spread_reach_both_pod_templates(placed: kserve.Reconciled)
         [spread] = pod.pod_spec["topologySpreadConstraints"]
         assert spread["topologyKey"] == "kubernetes.io/hostname"
         assert spread["matchLabelKeys"] == ["isvc.generation"]
-        # the selector counts the pods of this group: it matches the pod's own labels
+        # the chart's default selector (the example sets none) counts the pods of this group:
+        # it matches the pod's own labels
         selector = spread["labelSelector"]["matchLabels"]
         assert selector.items() <= pod.labels.items(), pod.role
+
+
+def test_a_spread_selector_of_ones_own_is_kept_as_written() -> None:
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"team": "llm"}},
+    }
+    values = {**PLACEMENT, "worker": {**PLACEMENT["worker"], "topologySpreadConstraints": [spread]}}
+    reconciled = group(values, releases.default().version)
+    assert reconciled.worker.pod_spec["topologySpreadConstraints"] == [spread]
 
 
 def test_pod_labels_and_annotations_reach_both_pods_from_the_runtime(

@@ -385,21 +385,6 @@ TABLE: dict[str, Refusal] = {
         },
         "extraVolumeMounts",
     ),
-    "topology spread without a selector": Refusal(
-        {
-            "worker": {
-                "topologySpreadConstraints": [
-                    {
-                        "maxSkew": 1,
-                        "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "DoNotSchedule",
-                    }
-                ]
-            }
-        },
-        "worker.topologySpreadConstraints[0]",
-        "add labelSelector.matchLabels serving.kserve.io/inferenceservice: llm-multinode-llm",
-    ),
     "topology spread selecting other pods": Refusal(
         {
             "head": {

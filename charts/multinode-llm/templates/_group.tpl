@@ -228,7 +228,21 @@ such field from the runtime, utils/utils.go, every release). Context: dict "root
 {{- $_ := set $fields "hostNetwork" true }}
 {{- $_ := set $fields "dnsPolicy" "ClusterFirstWithHostNet" }}
 {{- end }}
-{{- with (index $v .role).topologySpreadConstraints }}
+{{- $fullname := include "multinode-llm.fullname" .root }}
+{{- $constraints := list }}
+{{- range (index $v .role).topologySpreadConstraints }}
+{{- $constraint := deepCopy . }}
+{{- /* without a selector the scheduler counts no pod: default to every pod of this group, of
+its current generation (KServe labels both roles with the InferenceService's name) */}}
+{{- if not $constraint.labelSelector }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (dict "serving.kserve.io/inferenceservice" $fullname)) }}
+{{- if not (hasKey $constraint "matchLabelKeys") }}
+{{- $_ := set $constraint "matchLabelKeys" (list "isvc.generation") }}
+{{- end }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
+{{- end }}
+{{- with $constraints }}
 {{- $_ := set $fields "topologySpreadConstraints" . }}
 {{- end }}
 {{- with $fields }}{{ toYaml . }}{{ end }}

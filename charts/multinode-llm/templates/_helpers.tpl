@@ -810,14 +810,13 @@ naming the value and the fix; "multinode-llm.validate" reports them with the oth
 {{- $paths = append $paths $path }}
 {{- end }}
 
-{{- /* topology spread: a selector that counts this group's pods */}}
+{{- /* topology spread: a selector that counts this group's pods (none: the chart's default,
+groupPodPlacement) */}}
 {{- range $role := list "head" "worker" }}
 {{- $podLabels := merge (dict "serving.kserve.io/inferenceservice" $fullname "component" "predictor" "app" (printf "isvc.%s-predictor%s" $fullname (ternary "-worker" "" (eq $role "worker")))) ($v.podLabels | default dict) ($v.inferenceService.labels | default dict) (include "multinode-llm.stableLabels" $ | fromYaml) }}
 {{- range $i, $constraint := index $v $role "topologySpreadConstraints" }}
 {{- $at := printf "%s.topologySpreadConstraints[%d]" $role $i }}
-{{- if not $constraint.labelSelector }}
-{{- $errors = append $errors (printf "%s has no labelSelector: the scheduler would count no pod and spread nothing; add labelSelector.matchLabels serving.kserve.io/inferenceservice: %s (every pod of this group)" $at $fullname) }}
-{{- else }}
+{{- if $constraint.labelSelector }}
 {{- range $key, $value := $constraint.labelSelector.matchLabels }}
 {{- if eq $key "isvc.generation" }}
 {{- $errors = append $errors (printf "%s.labelSelector.matchLabels.isvc.generation: KServe changes it with every new generation of the InferenceService; use matchLabelKeys: [isvc.generation] to count only the pods of the same generation" $at) }}
