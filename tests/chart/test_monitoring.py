@@ -354,7 +354,7 @@ def test_the_group_monitor_scrapes_vllm_and_the_supervisors_with_the_alerts_labe
     assert worker_ports == [("status", 8081)]
 
 
-@pytest.mark.parametrize("version", ["0.15.2", "0.19.0"])
+@pytest.mark.parametrize("version", kserve.releases.versions("supported"))
 def test_kserve_adds_the_status_port_to_the_predictor_service_and_targets_8080_first(
     helm4_only: None, version: str
 ) -> None:

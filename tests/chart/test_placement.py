@@ -53,6 +53,23 @@ def test_priority_and_spread_reach_both_pod_templates(placed: kserve.Reconciled)
         assert selector.items() <= pod.labels.items(), pod.role
 
 
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_kserve_drops_its_disallowed_annotations_from_both_pods(version: str) -> None:
+    """constants.ServiceAnnotationDisallowedList (pkg/constants/constants.go) at each tag: the
+    last-applied configuration on every release, ``modelFormat`` only from v0.17.0."""
+    annotations = {
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+        "modelFormat": "huggingface",
+        "example.com/kept": "yes",
+    }
+    reconciled = group({**PLACEMENT, "inferenceService": {"annotations": annotations}}, version)
+    drops_model_format = releases.get(version).minor >= (0, 17)
+    for pod in pods(reconciled):
+        assert pod.annotations["example.com/kept"] == "yes", pod.role
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in pod.annotations
+        assert ("modelFormat" in pod.annotations) is not drops_model_format, (version, pod.role)
+
+
 def test_a_spread_selector_of_ones_own_is_kept_as_written() -> None:
     spread = {
         "maxSkew": 1,
