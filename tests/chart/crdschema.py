@@ -8,10 +8,12 @@ mode does.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 
 SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
@@ -63,3 +65,16 @@ def schema_errors(schema: dict[str, Any], doc: dict[str, Any]) -> list[str]:
     return [
         f"{e.json_path}: {e.message}" for e in jsonschema.Draft4Validator(schema).iter_errors(doc)
     ]
+
+
+def crd_schemas_from_env(variable: str, whose: str, ci_dir: str) -> dict[tuple[str, str], Any]:
+    """``crd_schemas`` of the folder the environment variable names; skips saying so where it is
+    unset (reference data beside the checkout, which CI points at)."""
+    crd_dir = os.environ.get(variable, "")
+    if not crd_dir:
+        pytest.skip(
+            f"{variable} is unset: the check against {whose} real CRDs needs them (CI: {ci_dir})"
+        )
+    found = crd_schemas(Path(crd_dir))
+    assert found, f"no CustomResourceDefinition in {crd_dir}"
+    return found

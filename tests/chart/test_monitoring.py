@@ -11,7 +11,6 @@ lists, which the runtime emits.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ from chartlib import (
     helm,
     template,
 )
-from crdschema import crd_schemas, schema_errors
+from crdschema import crd_schemas_from_env, schema_errors
 from multinode_llm.local import kserve
 from scrapelabels import (
     endpoint_target,
@@ -83,15 +82,11 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 @pytest.fixture(scope="module")
 def prometheus_crds() -> dict[tuple[str, str], dict[str, Any]]:
-    crd_dir = os.environ.get("PROMETHEUS_OPERATOR_CRD_DIR", "")
-    if not crd_dir:
-        pytest.skip(
-            "PROMETHEUS_OPERATOR_CRD_DIR is unset: the check against the Prometheus Operator's "
-            "real CRDs needs them (CI: ../shared/prometheus-operator-crds)"
-        )
-    found = crd_schemas(Path(crd_dir))
-    assert found, f"no CustomResourceDefinition in {crd_dir}"
-    return found
+    return crd_schemas_from_env(
+        "PROMETHEUS_OPERATOR_CRD_DIR",
+        "the Prometheus Operator's",
+        "../shared/prometheus-operator-crds",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -22,7 +20,7 @@ from chartlib import (
     scenarios,
     template,
 )
-from crdschema import crd_schemas, schema_errors
+from crdschema import crd_schemas_from_env, schema_errors
 from referencing import Registry, Resource
 
 SCENARIOS = scenarios()
@@ -49,15 +47,7 @@ def scenario(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def crds() -> dict[tuple[str, str], dict[str, Any]]:
-    crd_dir = os.environ.get("KSERVE_CRD_DIR")
-    if not crd_dir:
-        pytest.skip(
-            "KSERVE_CRD_DIR is unset: the check against KServe's real CRDs needs them "
-            "(CI: ../shared/kserve-crds)"
-        )
-    found = crd_schemas(Path(crd_dir))
-    assert found, f"no CustomResourceDefinition in {crd_dir}"
-    return found
+    return crd_schemas_from_env("KSERVE_CRD_DIR", "KServe's", "../shared/kserve-crds")
 
 
 def test_our_schemas_are_valid_json_schemas_with_a_description_on_top() -> None:
