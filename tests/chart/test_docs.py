@@ -1,37 +1,30 @@
-"""Every value is documented where it is set, the schema describes every property, and README.md's
-values table is what hack/values-table.py generates from values.yaml."""
+"""Every value is described once, by the `# --` comment where values.yaml sets it: the schema's
+descriptions and the chart's README.md (what `helm show readme` prints) are what
+hack/values-docs.py generates from those comments."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 import yaml
-from chartlib import CHART, ROOT, hack_script
+from chartlib import CHART, ROOT, hack_script, run_helm
 
 
-def values_table() -> ModuleType:
-    return hack_script("values-table")
-
-
-def leaf_paths(node: Any, prefix: str = "") -> list[str]:
-    if isinstance(node, dict) and node:
-        return [p for key, value in node.items() for p in leaf_paths(value, f"{prefix}{key}.")]
-    return [prefix.rstrip(".")]
+def values_docs() -> ModuleType:
+    return hack_script("values-docs")
 
 
 def test_every_value_is_documented_by_a_dash_dash_comment_on_itself_or_a_parent() -> None:
+    module = values_docs()
     text = (CHART / "values.yaml").read_text()
-    documented = {key for key, _ in values_table().documented_keys(text.splitlines())}
-    undocumented = [
-        path
-        for path in leaf_paths(yaml.safe_load(text))
-        if not any(path == d or path.startswith(d + ".") for d in documented)
-    ]
-    assert undocumented == []
+    assert module.undocumented(yaml.safe_load(text), module.documented(text)) == []
 
 
 def test_the_schema_describes_every_property() -> None:
@@ -51,9 +44,20 @@ def test_the_schema_describes_every_property() -> None:
     assert missing == []
 
 
-def test_the_readme_values_table_has_not_drifted() -> None:
+def test_every_schema_description_is_the_comment_on_the_same_key_in_values_yaml() -> None:
+    module = values_docs()
+    comments = {
+        d.key: d.description for d in module.documented((CHART / "values.yaml").read_text())
+    }
+    properties = module.schema_properties(json.loads((CHART / "values.schema.json").read_text()))
+    assert set(properties) == set(comments)
+    differing = [k for k, prop in properties.items() if prop["description"] != comments[k]]
+    assert differing == []
+
+
+def test_the_schema_and_the_chart_readme_have_not_drifted_from_the_comments() -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "hack" / "values-table.py"), "--check"],
+        [sys.executable, str(ROOT / "hack" / "values-docs.py"), "--check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -62,8 +66,37 @@ def test_the_readme_values_table_has_not_drifted() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.parametrize("major", ["helm3", "helm4"])
+def test_helm_show_readme_prints_the_values_table(major: str) -> None:
+    shown = run_helm(major, "show", "readme", str(CHART))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("# multinode-llm\n")
+    assert "\n## Values\n" in shown.stdout
+    assert "| Key | Type | Default | Description |" in shown.stdout
+    assert (
+        "| `parallelism.tensor` | int | `1` | Tensor parallel size: GPUs per node" in shown.stdout
+    )
+
+
+def test_the_packaged_chart_carries_its_readme_and_schema(tmp_path: Path) -> None:
+    packaged = run_helm("helm4", "package", str(CHART), "--destination", str(tmp_path))
+    assert packaged.returncode == 0, packaged.stderr
+    [archive] = tmp_path.glob("multinode-llm-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert {"multinode-llm/README.md", "multinode-llm/values.schema.json"} <= names
+
+
+def test_the_root_readme_points_at_the_chart_readme_instead_of_copying_the_table() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "charts/multinode-llm/README.md" in readme
+    assert "| Key | Type | Default | Description |" not in readme
+
+
 def test_the_values_table_lists_the_fixed_values_api() -> None:
-    keys = {row.key for row in values_table().rows()}
+    module = values_docs()
+    text = (CHART / "values.yaml").read_text()
+    keys = {row.key for row in module.rows(module.documented(text), yaml.safe_load(text))}
     fixed = {
         "model.uri",
         "model.name",

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Writes every value's description from values.yaml's `# --` comments, the one place they are kept:
+the `description` of each property of values.schema.json and the chart's README.md (helm-docs'
+layout: title, description, version lines, install, the `## Values` table).
+
+Usage: python3 hack/values-docs.py          rewrite values.schema.json's descriptions and README.md
+       python3 hack/values-docs.py --check  exit 1 naming each key whose text has drifted
+
+Comments follow helm-docs: `# -- text` (continued by further `#` lines) documents the key right
+below it; `# -- (type) text` overrides the Type column; a following `# @default -- text` replaces
+the Default column. A key of values.yaml that values.schema.json lacks, or a property of the schema
+(reached through nested `properties`, never through `$ref`, `items` or `definitions`, which describe
+types) that has no comment, is an error naming the key. tests/chart/test_docs.py runs --check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "multinode-llm"
+VALUES = CHART / "values.yaml"
+SCHEMA = CHART / "values.schema.json"
+README = CHART / "README.md"
+SCRIPT = "hack/values-docs.py"
+DOC = re.compile(r"^\s*# --(?: (?P<text>.*))?$")
+DEFAULT = re.compile(r"^\s*# @default -- ?(?P<text>.*)$")
+CONTINUED = re.compile(r"^\s*#(?: (?P<text>.*))?$")
+TYPE_HINT = re.compile(r"^\((?P<type>[A-Za-z]+)\) +")
+# The Default cell of a documented map whose own keys have rows of their own.
+SEE_KEYS = "(its keys below)"
+
+
+class DocsError(Exception):
+    """values.yaml and values.schema.json disagree on the keys, or a comment documents none."""
+
+
+@dataclass(frozen=True)
+class Doc:
+    key: str
+    description: str
+    type: str | None = None
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    type: str
+    default: str
+    description: str
+
+
+def comment_above(lines: list[str], line: int) -> tuple[Doc | None, int | None]:
+    """The `# --` comment of the key on ``line`` (0-based), and the line it starts on."""
+    start = line
+    while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    block = lines[start:line]
+    dash = [i for i, text in enumerate(block) if DOC.match(text)]
+    if not dash:
+        return None, None
+    first = dash[-1]
+    parts = [DOC.match(block[first]).group("text") or ""]  # type: ignore[union-attr]
+    default = None
+    for text in block[first + 1 :]:
+        if (annotation := DEFAULT.match(text)) is not None:
+            default = annotation.group("text").strip()
+        elif default is None and (more := CONTINUED.match(text)) is not None:
+            parts.append(more.group("text") or "")
+    description = " ".join(p.strip() for p in parts if p.strip())
+    type_hint = None
+    if (hint := TYPE_HINT.match(description)) is not None:
+        type_hint, description = hint.group("type"), description[hint.end() :]
+    return Doc("", description, type_hint, default), start + first
+
+
+def documented(text: str) -> list[Doc]:
+    """Every key of values.yaml a `# --` comment documents, with its dotted path, in file order.
+
+    Paths come from the YAML itself (keys inside list items are not values); a `# --` comment
+    that documents no key (a blank line or a list item between it and the key) is an error.
+    """
+    lines = text.splitlines()
+    found: list[Doc] = []
+    used: set[int] = set()
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            doc, at = comment_above(lines, key_node.start_mark.line)
+            if doc is not None and at is not None:
+                used.add(at)
+                found.append(Doc(key, doc.description, doc.type, doc.default))
+            walk(value_node, f"{key}.")
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, "")
+    stray = [i + 1 for i, line in enumerate(lines) if DOC.match(line) and i not in used]
+    if stray:
+        raise DocsError(
+            f"{VALUES.name}: the `# --` comment on line(s) {', '.join(map(str, stray))} documents"
+            " no key: put it right above the key it describes, with no blank line between"
+        )
+    return found
+
+
+def leaf_paths(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, dict) and node:
+        return [p for key, value in node.items() for p in leaf_paths(value, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")]
+
+
+def undocumented(values: dict[str, Any], docs: list[Doc]) -> list[str]:
+    """Values with no `# --` comment on themselves or on a map above them."""
+    keys = {d.key for d in docs}
+    return [
+        path
+        for path in leaf_paths(values)
+        if not any(path == k or path.startswith(k + ".") for k in keys)
+    ]
+
+
+def schema_properties(schema: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Each property of the schema that stands for a value, by dotted path, in schema order."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, prop in schema.get("properties", {}).items():
+        found[f"{prefix}{name}"] = prop
+        found.update(schema_properties(prop, f"{prefix}{name}."))
+    return found
+
+
+def mismatches(docs: list[Doc], properties: dict[str, dict[str, Any]]) -> list[str]:
+    """What keeps the comments and the schema from describing the same keys, one line per key."""
+    commented = {d.key for d in docs}
+    errors = [
+        f"`{key}`: values.schema.json has the property but values.yaml no `# --` comment on it;"
+        f" add one above `{key.rsplit('.', 1)[-1]}:` (set the key in values.yaml if it has none)"
+        for key in properties
+        if key not in commented
+    ]
+    errors += [
+        f"`{key}`: values.yaml documents it but values.schema.json has no property for it; add"
+        " one (its type and limits) under the parent's `properties`"
+        for key in (d.key for d in docs)
+        if key not in properties
+    ]
+    return errors
+
+
+def with_description(prop: dict[str, Any], description: str) -> dict[str, Any]:
+    """``prop`` with its description set, kept in place or put right after `type`/`$ref`."""
+    if "description" in prop:
+        return {k: (description if k == "description" else v) for k, v in prop.items()}
+    items = list(prop.items())
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k in ("type", "$ref")), 0)
+    return dict([*items[:at], ("description", description), *items[at:]])
+
+
+def described(schema: dict[str, Any], docs: dict[str, Doc], prefix: str = "") -> dict[str, Any]:
+    """``schema`` with the description of each value's property taken from its comment."""
+    if "properties" not in schema:
+        return schema
+    props = {}
+    for name, prop in schema["properties"].items():
+        key = f"{prefix}{name}"
+        props[name] = with_description(described(prop, docs, f"{key}."), docs[key].description)
+    return {k: (props if k == "properties" else v) for k, v in schema.items()}
+
+
+def type_of(value: Any) -> str:
+    for python_type, name in (
+        (bool, "bool"),
+        (int, "int"),
+        (float, "float"),
+        (str, "string"),
+        (list, "list"),
+        (dict, "object"),
+    ):
+        if isinstance(value, python_type):
+            return name
+    return "null"
+
+
+def lookup(values: dict[str, Any], dotted: str) -> Any:
+    node: Any = values
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def rows(docs: list[Doc], values: dict[str, Any]) -> list[Row]:
+    """One row per documented key; a map whose keys have rows says so instead of its default."""
+    keys = [d.key for d in docs]
+    table = []
+    for doc in docs:
+        value = lookup(values, doc.key)
+        default = doc.default
+        if default is None and any(k.startswith(doc.key + ".") for k in keys):
+            default = SEE_KEYS
+        if default is None:
+            default = f"`{json.dumps(value, separators=(',', ':'))}`"
+        table.append(Row(doc.key, doc.type or type_of(value), default, doc.description))
+    return table
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def values_table(table: list[Row]) -> str:
+    lines = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|"]
+    lines += [
+        f"| `{r.key}` | {r.type} | {cell(r.default)} | {cell(r.description)} |" for r in table
+    ]
+    return "\n".join(lines)
+
+
+def readme(chart: dict[str, Any], table: list[Row]) -> str:
+    """The chart's README.md, the page `helm show readme` and chart hubs show."""
+    name, version = chart["name"], chart["version"]
+    kserve = chart.get("annotations", {}).get("multinode-llm/kserve-min-version", "")
+    sources = "\n".join(f"- <{url}>" for url in chart.get("sources", []))
+    return f"""# {name}
+
+Version: `{version}` · Type: `{chart["type"]}` · AppVersion: `{chart["appVersion"]}`
+
+{" ".join(chart["description"].split())}
+
+**Homepage:** <{chart["home"]}>
+
+## Installing
+
+Needs Kubernetes `{chart.get("kubeVersion", "")}`, KServe {kserve} or later (set `kserve.version`
+to the release the cluster runs), GPU nodes and, for `hf://` models, a StorageClass that offers
+ReadWriteMany.
+
+```console
+helm install qwen oci://ghcr.io/multinode-llm/charts/{name} --version {version} \\
+  --namespace llm --create-namespace \\
+  --set model.uri=hf://Qwen/Qwen2.5-0.5B-Instruct \\
+  --set parallelism.tensor=2 --set parallelism.pipeline=2 \\
+  --wait --wait-for-jobs --timeout 3h
+helm test qwen --namespace llm
+```
+
+Settings KServe would reject are refused at install time with a message naming the value and the
+fix. The repository's README and docs/ cover the model cache, monitoring, placement and upgrades.
+
+## Source Code
+
+{sources}
+
+## Values
+
+{values_table(table)}
+
+Generated from values.yaml's `# --` comments by `{SCRIPT}`, which also writes the descriptions of
+values.schema.json; edit the comments, not this file.
+"""
+
+
+def generate() -> tuple[list[Doc], str, str]:
+    """The comments, and values.schema.json and README.md as they make them."""
+    text = VALUES.read_text()
+    docs = documented(text)
+    values = yaml.safe_load(text) or {}
+    schema = json.loads(SCHEMA.read_text())
+    errors = [
+        f"`{key}`: values.yaml sets it without a `# --` comment on it or a map above it"
+        for key in undocumented(values, docs)
+    ]
+    errors += mismatches(docs, schema_properties(schema))
+    if errors:
+        raise DocsError("\n".join(errors))
+    new_schema = json.dumps(described(schema, {d.key: d for d in docs}), indent=2) + "\n"
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    return docs, new_schema, readme(chart, rows(docs, values))
+
+
+def schema_drift(docs: list[Doc]) -> list[str]:
+    """The keys whose description in values.schema.json is not their comment."""
+    properties = schema_properties(json.loads(SCHEMA.read_text()))
+    return [d.key for d in docs if properties[d.key].get("description") != d.description]
+
+
+def readme_drift(new: str) -> list[str]:
+    """The keys whose row in README.md is not what the comments make (every key if it is gone)."""
+    old = README.read_text() if README.exists() else ""
+    changed = set(old.splitlines()) ^ set(new.splitlines())
+    row = re.compile(r"^\| `(?P<key>[^`]+)` \|")
+    return sorted({m.group("key") for line in changed if (m := row.match(line))})
+
+
+def drift(docs: list[Doc], schema: str, page: str) -> list[str]:
+    """One line per file that differs from what the comments make, naming the keys."""
+    found = []
+    for path, new, keys in (
+        (SCHEMA, schema, schema_drift(docs)),
+        (README, page, readme_drift(page)),
+    ):
+        if not path.exists():
+            found.append(f"{path.relative_to(ROOT)} is missing")
+        elif path.read_text() != new:
+            found.append(f"{path.relative_to(ROOT)} differs from the comments{named(keys)}")
+    return found
+
+
+def named(keys: list[str], most: int = 8) -> str:
+    """` at `a`, `b` and 3 more` for the first few keys."""
+    if not keys:
+        return ""
+    shown = ", ".join(f"`{k}`" for k in keys[:most])
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return f" at {shown}{more}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when either file has drifted"
+    )
+    args = parser.parse_args()
+    try:
+        docs, schema, page = generate()
+    except DocsError as error:
+        print(f"{SCRIPT}: {error}", file=sys.stderr)
+        return 1
+    if not args.check:
+        SCHEMA.write_text(schema)
+        README.write_text(page)
+        return 0
+    found = drift(docs, schema, page)
+    for line in found:
+        print(f"{line}: run python3 {SCRIPT}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
