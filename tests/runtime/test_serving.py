@@ -147,7 +147,7 @@ def _assert_kserve_routes(head: Pod) -> None:
     status, metrics = head.get("/metrics", port=HTTP_PORT)
     assert status == 200
     assert "vllm:" in metrics
-    assert 'multinode_llm_probe_ok{role="head",probe="ready"} 1' in metrics
+    assert 'multinode_llm_probe_ok{probe="ready",role="head"} 1.0' in metrics
 
 
 def _pids(pod: Pod) -> list[str]:

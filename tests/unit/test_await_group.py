@@ -36,7 +36,7 @@ def _handler(group: Group) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                info = f'multinode_llm_group_info{{role="head",group_spec="{group.spec}"}} 1'
+                info = f'multinode_llm_group_info{{group_spec="{group.spec}",role="head"}} 1.0'
                 self._answer(f"vllm:num_requests_running 0\n{info}\n".encode())
             else:
                 self._answer(json.dumps({"data": [{"id": m} for m in group.models]}).encode())

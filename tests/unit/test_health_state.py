@@ -108,9 +108,9 @@ def test_state_keeps_first_event_times_and_exposes_metrics() -> None:
     assert state.timeline["group_complete"] == first
     state.update(SERVING)
     text = state.metrics()
-    assert 'multinode_llm_probe_ok{role="head",probe="live"} 1' in text
-    assert 'multinode_llm_group_nodes{role="head"} 2' in text
-    assert 'multinode_llm_event_seconds{role="head",event="group_complete"}' in text
+    assert 'multinode_llm_probe_ok{probe="live",role="head"} 1.0' in text
+    assert 'multinode_llm_group_nodes{role="head"} 2.0' in text
+    assert 'multinode_llm_event_seconds{event="group_complete",role="head"}' in text
     status = state.status()
     assert status["probes"]["ready"]["ok"] is True
     assert status["facts"]["nodes"] == 2
@@ -120,5 +120,5 @@ def test_the_group_spec_is_exported_only_when_the_chart_set_one() -> None:
     state = HealthState(role="head")
     assert "multinode_llm_group_info" not in state.metrics()
     state.group_spec = "0123abcd"
-    assert 'multinode_llm_group_info{role="head",group_spec="0123abcd"} 1' in state.metrics()
+    assert 'multinode_llm_group_info{group_spec="0123abcd",role="head"} 1.0' in state.metrics()
     assert state.status()["group_spec"] == "0123abcd"

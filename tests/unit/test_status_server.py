@@ -322,9 +322,9 @@ def test_keep_alive_head_and_a_small_body(server: Server) -> None:
     assert answer.count(b"HTTP/1.1 200 OK") == 3
     assert b'"reason": "2/2 nodes' in answer
     assert b'"boot_id"' not in answer  # HEAD: headers only
-    assert b'multinode_llm_group_lost_nodes{role="head"} 0\n' in answer
+    assert b'multinode_llm_group_lost_nodes{role="head"} 0.0\n' in answer
     # The whole body arrived: the last family is the restarts counter, its last cause unknown.
-    assert answer.endswith(b'multinode_llm_restarts_total{role="head",cause="unknown"} 0\n')
+    assert answer.endswith(b'multinode_llm_restarts_total{cause="unknown",role="head"} 0.0\n')
 
 
 def test_stop_closes_every_connection() -> None:

@@ -96,9 +96,10 @@ def test_a_serving_heads_metrics_are_valid_text_with_every_family() -> None:
     assert event == state.timeline["node_joined:10.0.0.2"]
     for cause in CAUSES:  # every cause from the first start, so that increase() sees the first one
         assert _value(samples, "multinode_llm_restarts_total", role="head", cause=cause) == 0
-    # The names the chart's alerts and the existing tests read stay as they were.
-    assert 'multinode_llm_probe_ok{role="head",probe="live"} 1\n' in text
-    assert 'multinode_llm_group_nodes{role="head"} 2\n' in text
+    # The names the chart's alerts and the existing tests read stay as they were (prometheus_client
+    # sorts the labels and writes values as floats).
+    assert 'multinode_llm_probe_ok{probe="live",role="head"} 1.0\n' in text
+    assert 'multinode_llm_group_nodes{role="head"} 2.0\n' in text
 
 
 def test_the_formation_time_is_absent_until_the_group_is_first_complete() -> None:

@@ -1,15 +1,27 @@
-"""The cache's counters, rendered in Prometheus' text format on ``/metrics``.
+"""The cache's counters, exported in Prometheus' text format on ``/metrics`` by prometheus_client.
 
 A blob request is a *hit* (served from a stored blob), *coalesced* (joined a fill already in flight)
 or a *miss* (started a fill). Bytes are counted where they cross the node's edge: blob bytes from
 upstream, from peers, and served to clients and peers. Metadata traffic is counted in requests.
+
+The counts live in plain fields (the hot paths add to an int); a collector turns them into metric
+families at scrape time, in a registry of this server's own, so that several caches in one process
+(the tests) never share or collide in prometheus_client's global registry.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# The text format every Prometheus reads (what generate_latest writes).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 PREFIX = "multinode_llm_cache"
 
@@ -46,40 +58,47 @@ class Metrics:
     # are exported from the start so that increase() sees the first failure.
     upstream_errors: Counter[str] = field(default_factory=lambda: Counter(meta=0, blob=0))
     gauges: dict[str, tuple[str, Callable[[], float]]] = field(default_factory=dict)
+    registry: CollectorRegistry = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_Exporter(self))
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """Register a value read at scrape time (store size, live peers...)."""
         self.gauges[name] = (help_text, read)
 
-    def render(self) -> str:
-        lines: list[str] = []
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Exporter(Collector):
+    """The counts of one ``Metrics`` as metric families, read at each scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self.metrics
         for name, help_text in _HELP.items():
-            lines += _family(name, "counter", help_text, [("", getattr(self, name))])
-        samples = [
-            (f'{{kind="{kind}"}}', count) for kind, count in sorted(self.upstream_requests.items())
-        ]
-        lines += _family("upstream_requests_total", "counter", "requests sent upstream", samples)
-        errors = [
-            (f'{{kind="{kind}"}}', count) for kind, count in sorted(self.upstream_errors.items())
-        ]
-        lines += _family(
-            "upstream_errors_total",
-            "counter",
-            "upstream requests that failed: no answer, a timeout, a broken body or a 5xx",
-            errors,
+            yield CounterMetricFamily(f"{PREFIX}_{name}", help_text, value=getattr(metrics, name))
+        yield _by_kind(
+            "upstream_requests_total", "requests sent upstream", metrics.upstream_requests
         )
-        for name, (help_text, read) in sorted(self.gauges.items()):
-            lines += _family(name, "gauge", help_text, [("", read())])
-        return "\n".join(lines) + "\n"
+        yield _by_kind(
+            "upstream_errors_total",
+            "upstream requests that failed: no answer, a timeout, a broken body or a 5xx",
+            metrics.upstream_errors,
+        )
+        for name, (help_text, read) in sorted(metrics.gauges.items()):
+            yield GaugeMetricFamily(f"{PREFIX}_{name}", help_text, value=read())
 
 
-def _family(
-    name: str, kind: str, help_text: str, samples: Sequence[tuple[str, float]]
-) -> list[str]:
-    full = f"{PREFIX}_{name}"
-    lines = [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
-    lines += [f"{full}{labels} {value}" for labels, value in samples]
-    return lines
+def _by_kind(name: str, help_text: str, counts: Counter[str]) -> CounterMetricFamily:
+    family = CounterMetricFamily(f"{PREFIX}_{name}", help_text, labels=["kind"])
+    for kind, count in sorted(counts.items()):
+        family.add_metric([kind], count)
+    return family
 
 
 def parse(text: str) -> dict[str, float]:

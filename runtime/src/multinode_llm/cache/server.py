@@ -31,7 +31,7 @@ from multinode_llm.cache import upstream as upstream_client
 from multinode_llm.cache.auth import Grants
 from multinode_llm.cache.fills import Fills
 from multinode_llm.cache.metadata import Metadata
-from multinode_llm.cache.metrics import Metrics
+from multinode_llm.cache.metrics import CONTENT_TYPE, Metrics
 from multinode_llm.cache.peers import Peers, advertised_address
 from multinode_llm.cache.routes import Hub, error
 from multinode_llm.cache.store import Store
@@ -278,6 +278,6 @@ def partial_ready(store: Store) -> Handler:
 def partial_metrics(metrics: Metrics) -> Handler:
     async def render(request: web.Request) -> web.Response:
         del request
-        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     return render

@@ -15,10 +15,13 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multinode_llm.health import restarts
 from multinode_llm.health.restarts import zero_counts
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 # An engine whose /health has not answered for this long is considered hung, not busy.
 ENGINE_SILENCE_LIMIT_S = 30.0
@@ -151,6 +154,9 @@ class HealthState:
     group_spec: str = ""  # the chart's hash of the group's spec (MULTINODE_LLM_GROUP_SPEC)
     # Restarts of this pod's supervisor by cause (health/restarts.py); every cause from the start.
     restarts: dict[str, int] = field(default_factory=zero_counts)
+    # This supervisor's own metrics registry, made at the first scrape: several states in one
+    # process (the tests) never collide in prometheus_client's global one.
+    registry: CollectorRegistry | None = field(default=None, init=False, repr=False, compare=False)
 
     def mark(self, event: str) -> None:
         """Record when an event first happened (Ray up, group complete, engine ready, ...)."""
@@ -182,96 +188,22 @@ class HealthState:
         }
 
     def metrics(self) -> str:
-        """Prometheus text exposition of the state (standard library only: a handful of families;
-        tests parse it with prometheus_client's parser)."""
-        role = {"role": self.role}
-        lines = _family(
-            "probe_ok",
-            "gauge",
-            "1 if the supervisor's probe passes, else 0.",
-            [({**role, "probe": probe}, int(check.ok)) for probe, check in self._checks()],
-        )
-        lines += _family(
-            "event_seconds",
-            "gauge",
-            "When an event of the group first happened, in seconds since the supervisor started.",
-            [({**role, "event": event}, seconds) for event, seconds in self.timeline.items()],
-        )
-        if self.group_spec:
-            lines += _family(
-                "group_info",
-                "gauge",
-                "The spec the group runs (the chart's hash of it).",
-                [({**role, "group_spec": self.group_spec}, 1)],
-            )
-        if self.role == "head":
-            lines += self._head_metrics(role)
-        elif self.role == "worker":
-            lines += self._worker_metrics(role)
-        lines += _family(
-            "restarts",
-            "counter",
-            "Starts of this pod's supervisor after a previous run in the same pod ended, by the "
-            "cause that run recorded as it left (unknown: it was killed without a word).",
-            [({**role, "cause": cause}, count) for cause, count in self.restarts.items()],
-        )
-        return "\n".join(lines) + "\n"
+        """Prometheus text exposition of the state (health/exposition.py)."""
+        # Imported here, not at the top: the exec probe's CLI imports this module, and
+        # prometheus_client would add about 50 ms to every probe.
+        from multinode_llm.health import exposition
 
-    def _checks(self) -> list[tuple[str, Check]]:
+        if self.registry is None:
+            self.registry = exposition.registry(self)
+        return exposition.render(self.registry)
+
+    def checks(self) -> list[tuple[str, Check]]:
+        """(probe name, its check) for startup, ready and live."""
         return [(probe, getattr(self.probes, probe)) for probe in ("startup", "ready", "live")]
 
-    def _head_metrics(self, role: dict[str, str]) -> list[str]:
-        facts = self.facts if isinstance(self.facts, HeadFacts) else None
-        lines: list[str] = []
-        if facts is not None:
-            gauges = {
-                "group_nodes": ("Ray nodes alive in the group.", facts.nodes),
-                "group_nodes_expected": ("RAY_NODE_COUNT.", facts.expected_nodes),
-                "group_gpus": ("GPUs registered with Ray.", facts.gpus),
-                "group_gpus_expected": (
-                    "TENSOR_PARALLEL_SIZE x PIPELINE_PARALLEL_SIZE.",
-                    facts.expected_gpus,
-                ),
-                "group_lost_nodes": (
-                    "Nodes of the formed group that are lost.",
-                    len(facts.lost_nodes),
-                ),
-            }
-            for name, (text, value) in gauges.items():
-                lines += _family(name, "gauge", text, [(role, value)])
-        engine_ready = facts is not None and _engine_answers(facts).ok
-        lines += _family(
-            "engine_ready",
-            "gauge",
-            "1 if vLLM answers /health and lists the served model now, else 0.",
-            [(role, int(engine_ready))],
-        )
-        formed = self.timeline.get("group_complete")
-        if formed is not None:  # absent until the group was first complete
-            lines += _family(
-                "group_formation_seconds",
-                "gauge",
-                "Seconds from the supervisor's start to the group first complete.",
-                [(role, formed)],
-            )
-        return lines
-
-    def _worker_metrics(self, role: dict[str, str]) -> list[str]:
-        facts = self.facts if isinstance(self.facts, WorkerFacts) else WorkerFacts()
-        return [
-            *_family(
-                "worker_joined",
-                "gauge",
-                "1 if this worker's Ray node is joined to the head's group now, else 0.",
-                [(role, int(facts.ray_running and facts.joined))],
-            ),
-            *_family(
-                "head_reachable",
-                "gauge",
-                "1 if the head's Ray GCS answers this worker now, else 0.",
-                [(role, int(facts.head_reachable))],
-            ),
-        ]
+    def engine_ready(self) -> bool:
+        """Whether vLLM answers /health and lists the served model now (head only)."""
+        return isinstance(self.facts, HeadFacts) and _engine_answers(self.facts).ok
 
 
 def _head_kill_cause(facts: HeadFacts, probes: Probes) -> str | None:
@@ -293,20 +225,3 @@ def _worker_kill_cause(facts: WorkerFacts, probes: Probes) -> str | None:
     if not probes.startup.ok:
         return restarts.GROUP_TIMEOUT
     return None
-
-
-def _family(
-    name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str], float]]
-) -> list[str]:
-    """One metric family in the text format (version 0.0.4): HELP, TYPE, then its samples."""
-    full = f"multinode_llm_{name}"
-    sample_name = f"{full}_total" if kind == "counter" else full
-    lines = [f"# HELP {sample_name} {help_text}", f"# TYPE {sample_name} {kind}"]
-    for labels, value in samples:
-        text = ",".join(f'{key}="{_escape(str(val))}"' for key, val in labels.items())
-        lines.append(f"{sample_name}{{{text}}} {value}")
-    return lines
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
