@@ -15,9 +15,9 @@
 
 # hack/build-images.sh builds both without pulling: a Debian root made by debootstrap stands in
 # for both bases (SERVING_BASE, CACHE_BASE), and it passes VERSION (the chart's appVersion),
-# REVISION (the commit), RUNTIME_DEPS_DIGEST and RUNTIME_SOURCE_DIGEST (hashes of
-# runtime/pyproject.toml and of runtime/: buildah's layer cache does not look into mounted
-# sources, only at build args).
+# REVISION (the commit), RUNTIME_DEPS_DIGEST, RUNTIME_SOURCE_DIGEST and LOCAL_SOURCE_DIGEST (hashes
+# of runtime/pyproject.toml, of runtime/ and of local/: buildah's layer cache does not look into
+# mounted sources, only at build args).
 ARG SERVING_BASE=vllm/vllm-openai:v0.32.0
 ARG CACHE_BASE=python:3.12-slim-bookworm
 ARG VERSION=0.1.0
@@ -50,6 +50,16 @@ ARG RUNTIME_SOURCE_DIGEST=""
 RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     PIP_BREAK_SYSTEM_PACKAGES=1 \
     python3 -m pip install --no-cache-dir --no-deps --force-reinstall /src/runtime
+# The CPU variant (RUNTIME_EXTRAS=cpu) is a test image: kind CI and the local cluster run it with
+# MULTINODE_LLM_GPU_MOCK=1, and vLLM's CPU platform refuses the Ray executor without the fake GPU.
+# So it alone gets the local package (local/: the fake GPU's vLLM plugin, inert without that
+# variable); the GPU serving image and the cache image get nothing of it.
+ARG LOCAL_SOURCE_DIGEST=""
+RUN --mount=type=bind,source=local,target=/src/local,rw \
+    if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
+        PIP_BREAK_SYSTEM_PACKAGES=1 \
+        python3 -m pip install --no-cache-dir --no-deps --force-reinstall /src/local; \
+    fi
 # Last, so that a new commit (REVISION) rebuilds no layer above.
 ARG VERSION
 ARG REVISION

@@ -213,10 +213,10 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
 
 
 def _missing_local_cluster() -> str:
-    if importlib.util.find_spec("multinode_llm.local.chart") is None:
-        return "needs the local cluster (`multinode_llm.local.chart`, issue 3)"
+    if importlib.util.find_spec("multinode_llm_local.chart") is None:
+        return "needs the local cluster (`multinode_llm_local.chart`, issue 3)"
     from multinode_llm.errors import UserError
-    from multinode_llm.local.chart import find_chart, find_helm
+    from multinode_llm_local.chart import find_chart, find_helm
 
     try:
         find_helm(find_chart())
@@ -227,7 +227,7 @@ def _missing_local_cluster() -> str:
 
 def _model(work: Path) -> Path:
     """The tiny model, made once per run (byte-identical every time)."""
-    from multinode_llm.local.model import make_model
+    from multinode_llm_local.model import make_model
 
     directory = work / "model"
     if not (directory / "config.json").exists():

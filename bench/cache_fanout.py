@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from multinode_llm.local.netns import NETNS_ETC, Host
+from multinode_llm_local.netns import NETNS_ETC, Host
 
 from bench.figures import Figure, Goal, Load, load_average
 from bench.sandbox import CACHE_NET, sandbox, wait_until

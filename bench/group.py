@@ -1,7 +1,7 @@
 """Group start-up and recovery on the local cluster, against one plain vLLM server's start-up.
 
 Start-up: the chart's PP=2 group (a head and a worker pod, the built-in local values) is started by
-the local cluster (`multinode_llm.local.cluster`), and its phases are read from three sources:
+the local cluster (`multinode_llm_local.cluster`), and its phases are read from three sources:
 - the kubelet's events (each container Started, the head pod Ready), as Kubernetes would record;
 - each supervisor's ``GET :8081/status`` timeline (Ray head up, engine started, each node joined as
   the head saw it, group complete, engine ready, ready; the worker's own "joined");
@@ -199,7 +199,7 @@ class _LocalGroup:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        from multinode_llm.local import cluster
+        from multinode_llm_local import cluster
 
         self._keep_logs()
         cluster.down(LOCAL_NET[0])
@@ -214,7 +214,7 @@ class _LocalGroup:
                         shutil.copy(run["log"], LOGS / f"{pod['role']}-{Path(run['log']).name}")
 
     def status(self) -> dict[str, Any]:
-        from multinode_llm.local import cluster
+        from multinode_llm_local import cluster
 
         return cluster.status(LOCAL_NET[0]) or {}
 
@@ -230,7 +230,7 @@ class _LocalGroup:
         ]
 
     def start(self) -> GroupStart:
-        from multinode_llm.local import cluster
+        from multinode_llm_local import cluster
 
         prefix, subnet = LOCAL_NET
         options = cluster.UpOptions(

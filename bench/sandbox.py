@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multinode_llm.local.netns import Host, Network, namespaces_with_prefix
+from multinode_llm_local.netns import Host, Network, namespaces_with_prefix
 
 from tests.runtime.runtime_harness import kill_namespace, remove_links, remove_new_shm, shm_files
 

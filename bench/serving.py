@@ -32,8 +32,8 @@ from typing import Any
 
 from multinode_llm.config import head_config
 from multinode_llm.group import ray_node
-from multinode_llm.local.netns import POD_INTERFACE
 from multinode_llm.serving.command import MIDDLEWARE, STATUS_URL_ENV, engine_command, engine_env
+from multinode_llm_local.netns import POD_INTERFACE
 
 from bench import loadgen
 from bench.figures import Figure, Goal, Load, load_average
@@ -110,7 +110,7 @@ def measure(options: Options, model: Path, log: Callable[[str], None]) -> list[F
             run.result.seconds for run in ours_runs
         )
     config = {
-        "model": "tiny random-weight Llama (multinode_llm.local.model)",
+        "model": "tiny random-weight Llama (multinode_llm_local.model)",
         "engine_args": list(options.engine_args),
         "executor": "ray (both), GPUs mocked (MULTINODE_LLM_GPU_MOCK=1), VLLM_CPU_KVCACHE_SPACE=1",
         "prompt": PROMPT,

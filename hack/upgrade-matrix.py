@@ -6,7 +6,7 @@ Usage: python3 hack/upgrade-matrix.py          rewrite the table between the doc
        python3 hack/upgrade-matrix.py --chart DIR --print   the table of another copy of the chart
 
 For each change, the chart is rendered twice with real helm 4 (before and after), and both renders
-go through the local emulation of KServe's webhooks and controller (multinode_llm.local.kserve,
+go through the local emulation of KServe's webhooks and controller (multinode_llm_local.kserve,
 read from KServe's source at each tag): the first is installed and reconciled, the second applied
 as an update and reconciled. The table records what a user sees: the InferenceService's
 generation (KServe names the headless Services after it), the Services that appear, whether the
@@ -47,11 +47,11 @@ RELEASE, NAMESPACE = "llm", "serving"
 BASE: dict[str, Any] = {"model": {"uri": "hf://org/m:a"}}
 RUNTIME_KINDS = ("ServingRuntime", "ClusterServingRuntime")
 
-try:  # the chart env (.tox/chart) has the runtime installed; a plain python3 reads the checkout
-    from multinode_llm.local import kserve
+try:  # .tox/chart has the local cluster installed; a plain python3 reads the checkout
+    from multinode_llm_local import kserve
 except ImportError:
-    sys.path.insert(0, str(ROOT / "runtime" / "src"))
-    from multinode_llm.local import kserve
+    sys.path[:0] = [str(ROOT / "local" / "src"), str(ROOT / "runtime" / "src")]
+    from multinode_llm_local import kserve
 
 Obj = dict[str, Any]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from multinode_llm.cache.peers import rendezvous
-from multinode_llm.local.netns import NETNS_ETC, Host, Network
+from multinode_llm_local.netns import NETNS_ETC, Host, Network
 
 from tests.cache.fake_hub import FakeHub, FakeRepo
 from tests.cache.harness import CacheProcess, hf_env, model_files, wait_until

@@ -2,7 +2,7 @@
 on every KServe release the chart claims").
 
 Every render is real helm 4; what KServe does with it is the local emulation
-(``multinode_llm.local.kserve``), which follows KServe's source at each tag and reproduces KServe's
+(``multinode_llm_local.kserve``), which follows KServe's source at each tag and reproduces KServe's
 own test cases (tests/kserve). Each test is one finding: it failed on the chart before the release
 table, and must keep passing for every release the table supports.
 """
@@ -20,8 +20,8 @@ import pytest
 import yaml
 from chartlib import CHART, install_dry_run, kserve_releases, run_helm, template
 from multinode_llm.config import head_config, worker_config
-from multinode_llm.local import kserve
-from multinode_llm.local.kserve import admission, controller, releases, status
+from multinode_llm_local import kserve
+from multinode_llm_local.kserve import admission, controller, releases, status
 
 TABLE = kserve_releases()
 SUPPORTED = [v for v, r in TABLE["releases"].items() if r["status"] == "supported"]

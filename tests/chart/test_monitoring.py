@@ -32,7 +32,7 @@ from chartlib import (
     template,
 )
 from crdschema import crd_schemas_from_env, schema_errors
-from multinode_llm.local import kserve
+from multinode_llm_local import kserve
 from scrapelabels import (
     endpoint_target,
     pod_meta,

@@ -1,7 +1,7 @@
 """Placement and network values (issue 16, part 5; docs/placement.md) as KServe makes them.
 
 Every render is real helm 4; what each KServe release does with it is the local emulation
-(``multinode_llm.local.kserve``, read from KServe's source at each tag). A value counts only when it
+(``multinode_llm_local.kserve``, read from KServe's source at each tag). A value counts only when it
 reaches the pod templates of the head and the workers, where the scheduler and the kubelet read it.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from chartlib import EXAMPLES, install_dry_run, load_values_file, template
-from multinode_llm.local import kserve
-from multinode_llm.local.kserve import controller, releases
+from multinode_llm_local import kserve
+from multinode_llm_local.kserve import controller, releases
 
 SUPPORTED = releases.versions("supported")
 PLACEMENT = load_values_file(EXAMPLES / "values-placement-rdma.yaml")

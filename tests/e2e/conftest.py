@@ -14,7 +14,7 @@ sys.path.insert(
 )  # tests/serving_checks.py, shared with tests/kind
 
 from groups import TIMINGS, group_prerequisites, record
-from multinode_llm.local import cluster
+from multinode_llm_local import cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -28,9 +28,9 @@ from typing import Any
 
 from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm.errors import UserError
-from multinode_llm.local import cluster
-from multinode_llm.local.netns import namespaces_with_prefix
-from multinode_llm.local.state import ClusterPlan, ClusterState, process_alive
+from multinode_llm_local import cluster
+from multinode_llm_local.netns import namespaces_with_prefix
+from multinode_llm_local.state import ClusterPlan, ClusterState, process_alive
 from serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
 
 VLLM_LOCK = Path("/tmp/multinode-llm-vllm.lock")

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from multinode_llm.local.state import ClusterPlan
+from multinode_llm_local.state import ClusterPlan
 
 PROMETHEUS = "prometheus"  # Debian's package `prometheus` (hack/install-packages.sh prometheus)
 INTERVAL = "1s"  # scrape and evaluation interval: the test waits on both

@@ -1,4 +1,4 @@
-"""``multinode-llm local`` as a user meets it: each error is one clear line, and ``down`` is safe
+"""``multinode-llm-local`` as a user meets it: each error is one clear line, and ``down`` is safe
 to repeat. (The serving itself is covered by the group tests.)"""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import sys
 
 import pytest
 from groups import group_prerequisites
-from multinode_llm.cli import main
-from multinode_llm.local.netns import namespaces_with_prefix
+from multinode_llm_local.cli import main
+from multinode_llm_local.netns import namespaces_with_prefix
 
-CLI = [sys.executable, "-m", "multinode_llm", "local"]
+CLI = [sys.executable, "-m", "multinode_llm_local"]
 PREFIX = "mnlcli"
 
 
@@ -51,9 +51,9 @@ def test_up_without_root_says_so_in_one_line(
 ) -> None:
     # In process, as if run by uid 1000: this Python may not be reachable for another user here.
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert main(["local", "up", "--prefix", PREFIX]) == 2
+    assert main(["up", "--prefix", PREFIX]) == 2
     assert capsys.readouterr().err == (
-        "multinode-llm local: network namespaces need root: run this command as root "
+        "multinode-llm-local: network namespaces need root: run this command as root "
         "(for example with sudo)\n"
     )
 
@@ -74,21 +74,21 @@ def test_a_taken_port_is_named_and_nothing_is_created() -> None:
                 str(port),
             )
         )
-    assert line.startswith(f"multinode-llm local: port {port} on 127.0.0.1 is taken")
+    assert line.startswith(f"multinode-llm-local: port {port} on 127.0.0.1 is taken")
     assert line.endswith("pass --port with a free port (0 picks one)")
     assert namespaces_with_prefix(PREFIX) == []
 
 
 def test_bad_values_are_refused_by_the_charts_schema_in_one_line() -> None:
     line = _one_line(_cli("up", "--prefix", PREFIX, "--set", "parallelism.pipeline=1"))
-    assert line.startswith("multinode-llm local: helm refused the values:")
+    assert line.startswith("multinode-llm-local: helm refused the values:")
     assert namespaces_with_prefix(PREFIX) == []
 
 
 def test_a_missing_values_file_is_named() -> None:
     line = _one_line(_cli("up", "--prefix", PREFIX, "-f", "/nonexistent/values.yaml"))
     assert line == (
-        "multinode-llm local: values file /nonexistent/values.yaml does not exist: "
+        "multinode-llm-local: values file /nonexistent/values.yaml does not exist: "
         "pass an existing file to -f"
     )
 

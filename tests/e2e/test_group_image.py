@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from groups import LocalGroup, chat_once, local_group
-from multinode_llm.local.images import repository
+from multinode_llm_local.images import repository
 
 SCENARIO = "PP=2 TP=1 from the image"
 IMAGES_ENV = Path(__file__).resolve().parents[2] / "build" / "images.env"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import serving_checks as checks
 from groups import LocalGroup, local_group, record, serves_now
-from multinode_llm.local import cluster
-from multinode_llm.local.chart import find_chart
-from multinode_llm.local.kserve import releases
+from multinode_llm_local import cluster
+from multinode_llm_local.chart import find_chart
+from multinode_llm_local.kserve import releases
 
 SCENARIO = "PP=2 TP=1"
 RECOVERY_S = 600

@@ -17,10 +17,10 @@ from typing import Any
 import prometheus
 import pytest
 from groups import LocalGroup, chat_once, local_group, record, serves_now
-from multinode_llm.local import cluster
-from multinode_llm.local.chart import find_chart
-from multinode_llm.local.pods import ContainerPlan, PodPlan
-from multinode_llm.local.state import ClusterPlan, Forward
+from multinode_llm_local import cluster
+from multinode_llm_local.chart import find_chart
+from multinode_llm_local.pods import ContainerPlan, PodPlan
+from multinode_llm_local.state import ClusterPlan, Forward
 
 SCENARIO = "Prometheus PP=2 TP=1"
 ALERT = "MultinodeLLMGroupDegraded"

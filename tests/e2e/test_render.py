@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from multinode_llm.errors import UserError
-from multinode_llm.local import cluster, kserve
-from multinode_llm.local.k8s import env_value
-from multinode_llm.local.pods import PodIdentity, plan_pod
+from multinode_llm_local import cluster, kserve
+from multinode_llm_local.k8s import env_value
+from multinode_llm_local.pods import PodIdentity, plan_pod
 
 
 @pytest.fixture(scope="module")

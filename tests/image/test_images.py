@@ -306,6 +306,26 @@ def test_cache_image_has_no_vllm_torch_or_ray(cache: MountedImage, images: dict[
     assert size < CACHE_IMAGE_LIMIT_BYTES, f"cache image is {size / 1e6:.0f} MB"
 
 
+# The fake GPU (the local package's vLLM platform plugin) is in the CPU serving variant only, a
+# test image (Dockerfile); the cache image holds no local-cluster code and registers no plugin.
+PLUGIN_PROBE = (
+    "import importlib.metadata as m, importlib.util as u; "
+    "print(u.find_spec('multinode_llm_local') is not None, "
+    "sorted(e.value for e in m.entry_points(group='vllm.platform_plugins')))"
+)
+
+
+def test_only_the_cpu_test_image_has_the_fake_gpu(
+    serving: MountedImage, cache: MountedImage
+) -> None:
+    ran = serving.run(["python3", "-c", PLUGIN_PROBE], volumes=[Volume("/tmp")])
+    assert ran.stdout.strip().splitlines()[-1:] == [
+        "True ['multinode_llm_local.gpu_mock:register']"
+    ], ran.stderr
+    ran = cache.run(["python3", "-c", PLUGIN_PROBE], volumes=[Volume("/tmp")])
+    assert ran.stdout.strip().splitlines()[-1:] == ["False []"], ran.stderr
+
+
 @pytest.mark.parametrize("key", ["IMAGE", "CACHE_IMAGE"])
 def test_no_pip_cache_settings_or_secret_in_any_layer(images: dict[str, str], key: str) -> None:
     """buildah 1.28 leaves the mount points of a build's bind mounts in the layer (an empty

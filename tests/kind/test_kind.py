@@ -107,7 +107,7 @@ def _stage_model(cluster: Cluster, namespace: str, image: str, claim: str) -> No
                             "command": [
                                 "sh",
                                 "-c",
-                                "multinode-llm local make-model /models/model && sleep infinity",
+                                "multinode-llm-local make-model /models/model && sleep infinity",
                             ],
                             "readinessProbe": {
                                 "exec": {"command": ["test", "-f", "/models/model/config.json"]}

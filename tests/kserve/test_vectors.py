@@ -1,7 +1,7 @@
 """KServe conformance vectors: every case in vectors/*.yaml, fed to the local emulation.
 
 Each vector was read from a KServe unit test at a release tag (see README.md); it runs once per
-release in its `releases` list, against `multinode_llm.local.kserve` as that release. A failure
+release in its `releases` list, against `multinode_llm_local.kserve` as that release. A failure
 means the emulation does something that KServe's own test says that release does not.
 """
 
@@ -62,7 +62,7 @@ def _params() -> list[Any]:
 
 def _kserve(module: str) -> ModuleType:
     """One module of the emulation, imported when a vector needs it (the package may be absent)."""
-    return importlib.import_module(f"multinode_llm.local.kserve.{module}")
+    return importlib.import_module(f"multinode_llm_local.kserve.{module}")
 
 
 def _copy(value: Any) -> Any:

@@ -31,7 +31,7 @@ CASES = {  # id -> (chart, values)
 def runtime_of(cluster: FakeCluster, namespace: str) -> Live:
     """The runtime the InferenceService in ``namespace`` gets: KServe looks for a ServingRuntime of
     that name in its namespace, then a ClusterServingRuntime (as the local emulation's
-    ``_runtime_for`` does, runtime/src/multinode_llm/local/kserve)."""
+    ``_runtime_for`` does, local/src/multinode_llm_local/kserve)."""
     [isvc] = cluster.of_kind("InferenceService", namespace).values()
     name = isvc.doc["spec"]["predictor"]["model"]["runtime"]
     for key in (

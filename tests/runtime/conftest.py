@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from multinode_llm.local.netns import Network
+from multinode_llm_local.netns import Network
 from runtime_harness import (
     NETWORK_LOCK,
     SUBNET,
@@ -88,7 +88,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def tiny_model() -> Iterator[Path]:
     pytest.importorskip("tokenizers", reason="the tiny model needs `tokenizers` (vLLM brings it)")
-    from multinode_llm.local.model import make_model
+    from multinode_llm_local.model import make_model
 
     directory = Path(tempfile.mkdtemp(prefix="mnrt-model-", dir="/tmp"))
     yield make_model(directory)

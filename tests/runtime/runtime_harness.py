@@ -1,7 +1,7 @@
 """Pods on one machine for the runtime tests: each a network namespace running one supervisor.
 
 A ``Pod`` is what Kubernetes would run: `multinode-llm head` or `multinode-llm worker` in its own
-network namespace (``multinode_llm.local.netns``), with the environment KServe would inject, its
+network namespace (``multinode_llm_local.netns``), with the environment KServe would inject, its
 own Ray temp dir, and its log in a file. Killing a pod kills every process in its namespace (as a
 node failure would); stopping it sends SIGTERM to the supervisor (as kubelet would).
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multinode_llm.local.netns import NETNS_ETC, Host, Network
+from multinode_llm_local.netns import NETNS_ETC, Host, Network
 
 SUBNET = ipaddress.ip_network("10.231.0.0/24")  # the runtime's, by team rule
 NETWORK_LOCK = "/tmp/multinode-llm-runtime-net.lock"  # two runs must not share the subnet

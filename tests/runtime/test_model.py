@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from multinode_llm.local.model import HEAD_DIM, HEADS, HIDDEN, LAYERS, make_model
+from multinode_llm_local.model import HEAD_DIM, HEADS, HIDDEN, LAYERS, make_model
 
 
 def _digest(directory: Path) -> dict[str, str]:

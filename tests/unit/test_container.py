@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from multinode_llm.local.container import _keep_image_paths
+from multinode_llm_local.container import _keep_image_paths
 
 
 def test_an_environment_below_a_closed_directory_of_a_covered_checkout_is_kept(

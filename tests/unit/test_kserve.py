@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 from multinode_llm.errors import UserError
-from multinode_llm.local import kserve
-from multinode_llm.local.k8s import env_value, quantity, strategic_merge
+from multinode_llm_local import kserve
+from multinode_llm_local.k8s import env_value, quantity, strategic_merge
 
 RENDERED = Path(__file__).with_name("data") / "rendered-multinode.yaml"
 

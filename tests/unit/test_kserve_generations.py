@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from multinode_llm.local import kserve
-from multinode_llm.local.kserve import releases
-from multinode_llm.local.kserve.admission import AUTOSCALER, MODE
+from multinode_llm_local import kserve
+from multinode_llm_local.kserve import releases
+from multinode_llm_local.kserve.admission import AUTOSCALER, MODE
 
 RENDERED = Path(__file__).with_name("data") / "rendered-multinode.yaml"
 KEEPS_OLD = ["0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0"]

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multinode_llm.local.cluster import down
-from multinode_llm.local.kubelet import Backoff, Kubelet, ProbeCounter, check
-from multinode_llm.local.netns import Network, namespaces_with_prefix
-from multinode_llm.local.pods import ContainerPlan, PodIdentity, Probe, plan_pod
-from multinode_llm.local.state import ClusterPlan, ClusterState, Forward, process_alive
+from multinode_llm_local.cluster import down
+from multinode_llm_local.kubelet import Backoff, Kubelet, ProbeCounter, check
+from multinode_llm_local.netns import Network, namespaces_with_prefix
+from multinode_llm_local.pods import ContainerPlan, PodIdentity, Probe, plan_pod
+from multinode_llm_local.state import ClusterPlan, ClusterState, Forward, process_alive
 
 STANDIN = Path(__file__).with_name("standin_server.py")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

@@ -4,8 +4,8 @@ from an image surviving the kubelet's JSON round trip."""
 from __future__ import annotations
 
 import pytest
-from multinode_llm.local.images import repository
-from multinode_llm.local.pods import ContainerPlan, Mount, PodPlan
+from multinode_llm_local.images import repository
+from multinode_llm_local.pods import ContainerPlan, Mount, PodPlan
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from multinode_llm.local.netns import NETNS_ETC, Network
+from multinode_llm_local.netns import NETNS_ETC, Network
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 from multinode_llm.errors import UserError
-from multinode_llm.local import cluster, kserve
-from multinode_llm.local.pods import (
+from multinode_llm_local import cluster, kserve
+from multinode_llm_local.pods import (
     GPU_MOCK_ENV,
     Mount,
     PodIdentity,
@@ -22,7 +22,7 @@ from multinode_llm.local.pods import (
     expand,
     plan_pod,
 )
-from multinode_llm.local.state import ClusterPlan, ClusterState, Forward, process_alive
+from multinode_llm_local.state import ClusterPlan, ClusterState, Forward, process_alive
 
 RENDERED = Path(__file__).with_name("data") / "rendered-multinode.yaml"
 

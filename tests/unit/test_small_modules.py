@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from multinode_llm.group.network import collective_env, interface_for
-from multinode_llm.local import gpu_mock
+from multinode_llm_local import gpu_mock
 
 
 def test_loopback_address_belongs_to_lo() -> None:
@@ -40,15 +40,15 @@ def test_gpu_mock_is_inert_without_its_variable(monkeypatch: pytest.MonkeyPatch)
 
 def test_gpu_mock_names_its_platform_when_activated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gpu_mock.ENV, "1")
-    assert gpu_mock.register() == "multinode_llm.local.gpu_mock.GpuMockPlatform"
+    assert gpu_mock.register() == "multinode_llm_local.gpu_mock.GpuMockPlatform"
 
 
 def test_gpu_mock_plugin_is_registered_for_vllm() -> None:
     from importlib.metadata import entry_points
 
     names = {entry.value for entry in entry_points(group="vllm.platform_plugins")}
-    assert "multinode_llm.local.gpu_mock:register" in names
+    assert "multinode_llm_local.gpu_mock:register" in names
 
 
 def test_gpu_mock_names_a_communicator_that_keeps_shared_memory_inside_a_pod() -> None:
-    assert gpu_mock.COMMUNICATOR == "multinode_llm.local.gpu_mock.PodLocalCommunicator"
+    assert gpu_mock.COMMUNICATOR == "multinode_llm_local.gpu_mock.PodLocalCommunicator"

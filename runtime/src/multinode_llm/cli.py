@@ -37,7 +37,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "multinode_llm.staging.stage",
         "stage an hf:// model onto the shared volume, verified (the download Job)",
     ),
-    "local": ("multinode_llm.local.cli", "run the chart's pods on this machine"),
 }
 
 

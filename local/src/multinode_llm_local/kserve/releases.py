@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from multinode_llm.errors import UserError
-from multinode_llm.local.chart import find_chart
+
+from multinode_llm_local.chart import find_chart
 
 TABLE = "kserve-releases.yaml"
 Obj = dict[str, Any]

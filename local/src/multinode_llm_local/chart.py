@@ -10,12 +10,21 @@ from multinode_llm.errors import UserError
 
 
 def find_chart() -> Path:
-    """``charts/multinode-llm`` of the checkout this package runs from, or of the current one."""
-    candidates = [os.environ.get("MULTINODE_LLM_CHART", "")]
-    for start in (Path(__file__).resolve(), Path.cwd().resolve()):
-        candidates += [
-            str(parent / "charts" / "multinode-llm") for parent in [start, *start.parents]
-        ]
+    """The chart: ``$MULTINODE_LLM_CHART``, else the checkout this package is installed from, else
+    ``charts/multinode-llm`` in the current directory or one above it.
+
+    The second is a fixed path, not a search: an editable install (``pip install -e ./local``, as
+    tox does) runs from ``<checkout>/local/src/multinode_llm_local``. A wheel in site-packages has
+    no checkout beside it; then the current directory decides (or ``--chart``).
+    """
+    here = Path(__file__).resolve().parents  # .../local/src/multinode_llm_local/chart.py
+    checkout = here[3] if len(here) > 3 else here[-1]
+    cwd = Path.cwd().resolve()
+    candidates = [
+        os.environ.get("MULTINODE_LLM_CHART", ""),
+        str(checkout / "charts" / "multinode-llm"),
+        *(str(parent / "charts" / "multinode-llm") for parent in [cwd, *cwd.parents]),
+    ]
     for candidate in candidates:
         if candidate and (Path(candidate) / "Chart.yaml").is_file():
             return Path(candidate)

@@ -25,8 +25,9 @@ import re
 from typing import Any
 
 from multinode_llm.errors import UserError
-from multinode_llm.local.k8s import Obj, canonical_quantity
-from multinode_llm.local.kserve.releases import Release
+
+from multinode_llm_local.k8s import Obj, canonical_quantity
+from multinode_llm_local.kserve.releases import Release
 
 MODE = "serving.kserve.io/deploymentMode"
 AUTOSCALER = "serving.kserve.io/autoscalerClass"

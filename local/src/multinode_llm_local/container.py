@@ -2,7 +2,7 @@
 
 The kubelet starts it as
 ``ip netns exec NETNS unshare --pid --fork --mount-proc --uts --propagation private
-python -m multinode_llm.local.container PLAN.json CONTAINER``. As root it sets the hostname to the
+python -m multinode_llm_local.container PLAN.json CONTAINER``. As root it sets the hostname to the
 pod name, makes the mounts the plan lists (volumes, a private /tmp and /dev/shm, the model claim at
 /mnt/models), then starts the container's command as the plan's user and stays PID 1: it forwards
 SIGTERM/SIGINT, reaps orphans, and exits with the command's status. When it exits the kernel kills

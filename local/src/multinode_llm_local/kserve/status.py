@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from multinode_llm.local.k8s import Obj
-from multinode_llm.local.kserve.releases import Release
+from multinode_llm_local.k8s import Obj
+from multinode_llm_local.kserve.releases import Release
 
 INGRESS_NOT_CREATED = "Predictor ingress not created"
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from multinode_llm.errors import UserError
-from multinode_llm.local.k8s import Obj, find, quantity
+
+from multinode_llm_local.k8s import Obj, find, quantity
 
 # The local cluster's stand-ins for a GPU node: a platform plugin that makes vLLM's CPU platform
 # claim Ray's "GPU" resource, and a small KV cache so several engines fit on one machine. Only the
@@ -377,7 +378,7 @@ def _mount(
         if not source.exists():
             raise UserError(
                 f"{what}: {source} (claim {claim!r}, subPath {sub_path!r}) does not exist: "
-                "put the model there (multinode-llm local make-model DIR) or fix the storageUri"
+                "put the model there (multinode-llm-local make-model DIR) or fix the storageUri"
             )
         read_only = read_only or bool(volume["persistentVolumeClaim"].get("readOnly"))
         return Mount(target=target, kind="bind", source=str(source), read_only=read_only)

@@ -29,15 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-
 from multinode_llm.errors import UserError
-from multinode_llm.local import images, kserve
-from multinode_llm.local.chart import find_chart, find_helm
-from multinode_llm.local.k8s import Obj, deployment_status
-from multinode_llm.local.kubelet import enter_command
-from multinode_llm.local.netns import Network, namespaces_with_prefix, require_root
-from multinode_llm.local.pods import PodIdentity, PodPlan, plan_pod
-from multinode_llm.local.state import ClusterPlan, ClusterState, Forward, process_alive
+
+from multinode_llm_local import images, kserve
+from multinode_llm_local.chart import find_chart, find_helm
+from multinode_llm_local.k8s import Obj, deployment_status
+from multinode_llm_local.kubelet import enter_command
+from multinode_llm_local.netns import Network, namespaces_with_prefix, require_root
+from multinode_llm_local.pods import PodIdentity, PodPlan, plan_pod
+from multinode_llm_local.state import ClusterPlan, ClusterState, Forward, process_alive
 
 DEFAULT_PREFIX = "mnl"
 DEFAULT_SUBNET = "10.230.0.0/24"
@@ -92,7 +92,7 @@ def start(options: UpOptions, progress: Callable[[str], None] = lambda line: Non
     if state.kubelet_pid() is not None:
         raise UserError(
             f"a local cluster with prefix {options.prefix!r} is already up "
-            f"(kubelet pid {state.kubelet_pid()}): run `multinode-llm local down` first"
+            f"(kubelet pid {state.kubelet_pid()}): run `multinode-llm-local down` first"
         )
     subnet = _subnet(options.subnet)
     listener = _listen(options.host, options.port)
@@ -244,7 +244,7 @@ def exec_in_pod(
     current = state.load_status()
     if plan is None:
         raise UserError(
-            f"no local cluster with prefix {prefix!r} is up: run `multinode-llm local up`"
+            f"no local cluster with prefix {prefix!r} is up: run `multinode-llm-local up`"
         )
     pod_plan = next((p for p in plan.pods if p.name == pod or p.role == pod), None)
     if pod_plan is None:
@@ -259,7 +259,7 @@ def exec_in_pod(
     if not running.get("init_pid"):
         raise UserError(
             f"container {chosen} of pod {pod_plan.name} is not running: "
-            "see `multinode-llm local status`"
+            "see `multinode-llm-local status`"
         )
     return enter_command(int(running["init_pid"]), container_plan, list(argv))
 
@@ -330,8 +330,8 @@ def wait_ready(
     head = next(p for p in plan.pods if p.role == "head")
     raise UserError(
         f"the head pod {head.name} was not Ready after {timeout_s:.0f}s: see its log in "
-        f"{head.directory} and `multinode-llm local status`; "
-        "`multinode-llm local down` removes the cluster"
+        f"{head.directory} and `multinode-llm-local status`; "
+        "`multinode-llm-local down` removes the cluster"
     )
 
 
@@ -517,7 +517,7 @@ def make_model(directory: Path) -> None:
     The files are then made readable by everyone: the pods run as the chart's non-root user, and
     safetensors writes its file for its owner only.
     """
-    importlib.import_module("multinode_llm.local.model").make_model(directory)
+    importlib.import_module("multinode_llm_local.model").make_model(directory)
     for path in [directory, *directory.rglob("*")]:
         path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
 
@@ -550,7 +550,7 @@ def _start_kubelet(state: ClusterState, listener: socket.socket) -> None:
     argv = [
         sys.executable,
         "-m",
-        "multinode_llm.local.kubelet",
+        "multinode_llm_local.kubelet",
         str(state.directory),
         "--forward-fd",
         str(fd),

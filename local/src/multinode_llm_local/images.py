@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from multinode_llm.errors import UserError
-from multinode_llm.local.pods import ContainerPlan, PodPlan
-from multinode_llm.local.state import ClusterPlan
+
+from multinode_llm_local.pods import ContainerPlan, PodPlan
+from multinode_llm_local.state import ClusterPlan
 
 
 def repository(image: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multinode_llm.local.pods import PodPlan
+from multinode_llm_local.pods import PodPlan
 
 Obj = dict[str, Any]
 

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from multinode_llm.errors import UserError
-from multinode_llm.local.k8s import Obj, env_value, quantity, set_env, strategic_merge
-from multinode_llm.local.kserve import gotemplate
-from multinode_llm.local.kserve.admission import (
+
+from multinode_llm_local.k8s import Obj, env_value, quantity, set_env, strategic_merge
+from multinode_llm_local.kserve import gotemplate
+from multinode_llm_local.kserve.admission import (
     AUTOSCALER,
     GPU_TYPES,
     LEGACY_MODES,
@@ -43,7 +44,7 @@ from multinode_llm.local.kserve.admission import (
     STANDARD_GPU_TYPES,
     gpu_resource_types,
 )
-from multinode_llm.local.kserve.releases import Release
+from multinode_llm_local.kserve.releases import Release
 
 HEAD_CONTAINER = "kserve-container"
 WORKER_CONTAINER = "worker-container"

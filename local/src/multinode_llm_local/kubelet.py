@@ -15,7 +15,7 @@ It does what kubelet does for the fields our chart uses, with Kubernetes' rules:
 ``status.json`` in the state directory is the kubelet's API: pods, containers, restart counts,
 readiness, and the recent events (probe failures, kills, back-offs) with their times.
 
-Run as ``python -m multinode_llm.local.kubelet STATE_DIR [--forward-fd FD]`` (``local up`` does).
+Run as ``python -m multinode_llm_local.kubelet STATE_DIR [--forward-fd FD]`` (``local up`` does).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multinode_llm.local.pods import ContainerPlan, PodPlan, Probe
-from multinode_llm.local.state import ClusterPlan, ClusterState, write_json
+from multinode_llm_local.pods import ContainerPlan, PodPlan, Probe
+from multinode_llm_local.state import ClusterPlan, ClusterState, write_json
 
-log = logging.getLogger("multinode_llm.local.kubelet")
+log = logging.getLogger("multinode_llm_local.kubelet")
 
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
@@ -273,7 +273,7 @@ class ContainerRunner:
         argv = [
             *("ip", "netns", "exec", self.pod.netns),
             *("unshare", "--pid", "--fork", "--mount-proc", "--uts", "--propagation", "private"),
-            *(sys.executable, "-m", "multinode_llm.local.container"),
+            *(sys.executable, "-m", "multinode_llm_local.container"),
             *(str(pod_dir / "pod.json"), self.plan.name),
         ]
         with log_path.open("ab") as output:
@@ -550,7 +550,7 @@ async def _child_of(pid: int) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="multinode_llm.local.kubelet")
+    parser = argparse.ArgumentParser(prog="multinode_llm_local.kubelet")
     parser.add_argument("state_dir", type=Path)
     parser.add_argument("--forward-fd", type=int, default=None)
     args = parser.parse_args(argv)

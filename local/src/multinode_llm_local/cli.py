@@ -1,16 +1,47 @@
-"""``multinode-llm local ...``: the chart's pods on this machine (parsing and dispatch only)."""
+"""``multinode-llm-local ...``: the chart's pods on this machine (parsing and dispatch only)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
 from pathlib import Path
 
+from multinode_llm import __version__
 from multinode_llm.errors import UserError
-from multinode_llm.local import cluster, images
+
+from multinode_llm_local import cluster, images
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``multinode-llm-local`` command: a UserError is one line on stderr and exit code 2."""
+    parser = argparse.ArgumentParser(
+        prog="multinode-llm-local",
+        description="Run the chart's pods on this machine: KServe emulated, pods in network "
+        "namespaces, mocked GPUs (development and tests; root).",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING); default INFO"
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return run(args)
+    except UserError as error:
+        print(f"multinode-llm-local: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     command = args.local_command
     if command == "up":
         plan = cluster.up(_up_options(args), progress=_progress)
-        print(f"OpenAI API of {plan.isvc} ({len(plan.pods)} pods; `multinode-llm local status`):")
+        print(f"OpenAI API of {plan.isvc} ({len(plan.pods)} pods; `multinode-llm-local status`):")
         print(plan.url)
         return 0
     if command == "status":
@@ -165,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         print(args.directory)
         return 0
     if command == "demo":
-        from multinode_llm.local.demo import demo
+        from multinode_llm_local.demo import demo
 
         return demo(args.prefix, args.prompt, args.max_tokens)
     if command == "exec":
@@ -232,7 +263,7 @@ def _status(prefix: str, as_json: bool) -> int:
         )
     if not current.get("kubelet_alive"):
         print(
-            "the local kubelet is not running: `multinode-llm local down` cleans up",
+            "the local kubelet is not running: `multinode-llm-local down` cleans up",
             file=sys.stderr,
         )
     print(f"KServe {current.get('kserve', '?')}:")

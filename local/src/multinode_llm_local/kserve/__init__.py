@@ -24,17 +24,18 @@ import copy
 from dataclasses import dataclass, field
 
 from multinode_llm.errors import UserError
-from multinode_llm.local.k8s import Obj, find
-from multinode_llm.local.kserve import admission, controller, releases, status
-from multinode_llm.local.kserve.admission import GPU_TYPES, Denied
-from multinode_llm.local.kserve.controller import (
+
+from multinode_llm_local.k8s import Obj, find
+from multinode_llm_local.kserve import admission, controller, releases, status
+from multinode_llm_local.kserve.admission import GPU_TYPES, Denied
+from multinode_llm_local.kserve.controller import (
     PVC_VOLUME,
     Reconciled,
     ReconcileError,
     Service,
     Workload,
 )
-from multinode_llm.local.kserve.releases import Release
+from multinode_llm_local.kserve.releases import Release
 
 __all__ = [
     "GPU_TYPES",

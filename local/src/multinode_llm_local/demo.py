@@ -1,4 +1,4 @@
-"""``multinode-llm local demo``: the README's main command.
+"""``multinode-llm-local demo``: the README's main command.
 
 Starts the chart's pods with the built-in local values (a head and a worker, pipeline parallel 2),
 asks one chat question through the real ``openai`` client, prints the answer and removes the
@@ -15,8 +15,9 @@ from pathlib import Path
 from types import FrameType
 
 from multinode_llm.errors import UserError
-from multinode_llm.local import cluster
-from multinode_llm.local.state import ClusterPlan
+
+from multinode_llm_local import cluster
+from multinode_llm_local.state import ClusterPlan
 
 LOG_LINES_ON_FAILURE = 25
 
