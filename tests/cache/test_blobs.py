@@ -56,9 +56,14 @@ def test_range_requests_answer_206_clamped_and_416_past_the_end(fake_hub, start_
             assert "Content-Encoding" not in headers, "a 206 must never be compressed"
             assert body == content[start : end + 1], header
             assert headers["X-Repo-Commit"] == repo.commit
+            assert headers["ETag"] == f'"{repo.etag(SHARD)}"', "the Hub's entity tag, as HEAD's"
         status, headers, body = raw_request(cache.url, "GET", url, {"Range": f"bytes={size}-"})
         assert (status, headers["Content-Range"]) == (416, f"bytes */{size}")
-        status, _, body = raw_request(cache.url, "GET", url)
+        status, headers, body = raw_request(cache.url, "GET", url)
+        assert (status, body) == (200, content)
+        assert headers["ETag"] == f'"{repo.etag(SHARD)}"'
+        # Preconditions are not judged against a tag of the cache's own (a 412 here would be).
+        status, _, body = raw_request(cache.url, "GET", url, {"If-Match": headers["ETag"]})
         assert (status, body) == (200, content)
     assert fake_hub.blob_gets[SHARD] == 1
 
@@ -233,6 +238,39 @@ def test_transfers_go_on_in_the_event_loop_when_every_sender_thread_is_busy(
             return bodies
 
     assert asyncio.run(download_twice()) == [files[SHARD]] * 2
+
+
+def test_a_client_that_stops_reading_a_stored_blob_is_dropped(fake_hub, tmp_path, monkeypatch):
+    """In-process, with STALL_TIMEOUT at 1 s: a client that reads nothing of a stored blob's body
+    loses its connection, instead of holding it and a sender thread for as long as it likes."""
+    content = model_files(seed=29, shard_size=64 << 20)[SHARD]
+    repo = fake_hub.add(FakeRepo("org/stall", {SHARD: content}))
+    monkeypatch.setattr(responses, "STALL_TIMEOUT", 1.0)
+    settings = Settings(
+        upstream=fake_hub.url, store=tmp_path / "store", port=free_port(), host="127.0.0.1"
+    )
+    path = f"/org/stall/resolve/{repo.commit}/{SHARD}"
+
+    async def stalled_read() -> int:
+        loop = asyncio.get_running_loop()
+        async with running(settings), aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{settings.port}{path}") as response:
+                assert await response.read() == content  # the fill: the blob is stored now
+            with socket.socket() as client:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                client.setblocking(False)
+                await loop.sock_connect(client, ("127.0.0.1", settings.port))
+                await loop.sock_sendall(client, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                await asyncio.sleep(4)  # reads nothing: the socket buffers fill, sendfile stalls
+                received = 0
+                try:
+                    while chunk := await loop.sock_recv(client, 1 << 20):
+                        received += len(chunk)
+                except ConnectionResetError:
+                    pass
+                return received
+
+    assert asyncio.run(stalled_read()) < len(content), "the stalled transfer was not dropped"
 
 
 def test_a_reader_whose_fill_ends_before_its_body_starts_still_sends_that_blob(
