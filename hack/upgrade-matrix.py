@@ -141,6 +141,13 @@ CHANGES = [
         {"strategy": {"type": "RollingUpdate"}},
     ),
     Change("group.waitTimeoutSeconds", "900 -> 1200", {}, {"group": {"waitTimeoutSeconds": 1200}}),
+    Change("group.executor", "`ray` -> `mp`", {}, {"group": {"executor": "mp"}}),
+    Change(
+        "group.masterPort",
+        "29500 -> 29600 (`group.executor=mp`)",
+        {"group": {"executor": "mp"}},
+        {"group": {"masterPort": 29600}},
+    ),
     Change(
         "inferenceService.labels",
         "`{}` -> `{team: llm}`",

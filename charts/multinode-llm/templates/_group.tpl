@@ -18,7 +18,7 @@ the head's and the workers' pod templates (buildObjectMeta, reconcileWorker, com
 every release), and a change of them stays a runtime change (the InferenceService keeps its
 metadata and its generation, groupSpecHome) */}}
 {{- $podMeta := include "multinode-llm.podMetadata" . | fromJson }}
-{{- $annotations := merge (include "multinode-llm.gpuTypesAnnotation" . | fromYaml) $podMeta.annotations }}
+{{- $annotations := merge (include "multinode-llm.gpuTypesAnnotation" . | fromYaml) (include "multinode-llm.executorAnnotation" . | fromYaml) $podMeta.annotations }}
 {{- with $podMeta.labels -}}
 labels:
   {{- toYaml . | nindent 2 }}
@@ -336,3 +336,17 @@ template:
         securityContext:
           {{- toYaml .Values.securityContext | nindent 10 }}
 {{- end }} {{- /* define "multinode-llm.readinessJobSpec" */}}
+
+{{- /* KServe's multi-node executor backend annotation, only for group.executor=mp: the controller
+reads it from the runtime's spec.annotations (sRuntime.Annotations[constants.
+MultiNodeExecutorBackendAnnotationKey] == "mp" in multiNodeProcess, components/predictor.go, and
+MultiNodeExecutorBackendAnnotationKey = "multinode/executor-backend" in pkg/constants/constants.go,
+v0.18.0 on; earlier releases ignore it) and then sizes the group with computeMpNodeAndGPUs: nodes =
+pipelineParallelSize, GPUs per pod = tensorParallelSize. KServe copies spec.annotations into the
+head's pod only (buildObjectMeta), never into the workers' (reconcileWorker takes
+workerSpec.annotations), so groupEnv tells both containers. Context: root. */}}
+{{- define "multinode-llm.executorAnnotation" -}}
+{{- if eq .Values.group.executor "mp" -}}
+multinode/executor-backend: mp
+{{- end }}
+{{- end }}

@@ -312,8 +312,17 @@ DEVELOPERS.md). KServe injects the parallel sizes, node count and service names 
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+{{- if eq .Values.group.executor "mp" }}
+{{- /* the workers never see the runtime's spec.annotations (KServe copies workerSpec.annotations
+into their pods), so both containers are told the mode here (docs/executors.md) */}}
+- name: MULTINODE_LLM_EXECUTOR
+  value: mp
+- name: MASTER_PORT
+  value: {{ .Values.group.masterPort | int | quote }}
+{{- else }}
 - name: RAY_PORT
   value: {{ .Values.ray.port | int | quote }}
+{{- end }}
 - name: GROUP_WAIT_TIMEOUT
   value: {{ .Values.group.waitTimeoutSeconds | int | quote }}
 - name: CLUSTER_DOMAIN
@@ -346,8 +355,10 @@ DEVELOPERS.md). KServe injects the parallel sizes, node count and service names 
   value: /tmp
 - name: VLLM_NO_USAGE_STATS
   value: "1"
+{{- if ne .Values.group.executor "mp" }}
 - name: RAY_USAGE_STATS_ENABLED
   value: "0"
+{{- end }}
 {{- end }} {{- /* define "multinode-llm.groupEnv" */}}
 
 {{- /* Text that reaches the head container through KServe's Go template unchanged: KServe runs
@@ -551,6 +562,8 @@ template:
   "POD_NAME" "the chart sets it from the downward API"
   "POD_NAMESPACE" "the chart sets it from the downward API"
   "RAY_PORT" "set ray.port instead"
+  "MULTINODE_LLM_EXECUTOR" "set group.executor instead"
+  "MASTER_PORT" "set group.masterPort instead (group.executor=mp)"
   "GROUP_WAIT_TIMEOUT" "set group.waitTimeoutSeconds instead"
   "CLUSTER_DOMAIN" "set clusterDomain instead"
   "NCCL_SOCKET_IFNAME" "set communication.socketIfname instead"
@@ -574,9 +587,69 @@ template:
   "--model" "set model.uri"
   "--port" "the head serves on 8080, the port KServe's Service targets"
   "--host" "the head listens on every interface of the pod"
-  "--distributed-executor-backend" "the group runs on Ray"
+  "--distributed-executor-backend" "set group.executor (ray or mp)"
+  "--nnodes" "the runtime sets it to parallelism.pipeline (group.executor=mp)"
+  "--node-rank" "the head hands each worker its rank (group.executor=mp)"
+  "--master-addr" "the runtime sets it to the head's pod IP (group.executor=mp)"
+  "--master-port" "set group.masterPort"
+  "--headless" "the runtime runs the workers headless (group.executor=mp)"
   | toJson }}
 {{- end }}
+
+{{- /* The KServe releases of kserve-releases.yaml whose controller has the multi-node executor
+backend EXECUTOR (controller.executors), oldest first, as a JSON array; only those the chart
+supports (status supported) with "supported" true. Context: dict "root" $ "executor" "mp"
+"supported" bool. */}}
+{{- define "multinode-llm.executorReleases" -}}
+{{- $table := .root.Files.Get "kserve-releases.yaml" | fromYaml }}
+{{- $found := list }}
+{{- range $version, $release := $table.releases }}
+{{- if and $release.controller (has $.executor $release.controller.executors) (or (not $.supported) (eq $release.status "supported")) }}
+{{- $found = append $found $version }}
+{{- end }}
+{{- end }}
+{{- /* sortAlpha orders 0.15.0 .. 0.21.0 correctly while every minor has two digits */}}
+{{- $found | sortAlpha | toJson }}
+{{- end }}
+
+{{- /* The refusals of values that an mp group (group.executor=mp) cannot use or that clash with its
+master port, as a JSON array of messages; "multinode-llm.validate" reports them with the others.
+Context: root. */}}
+{{- define "multinode-llm.validateExecutor" -}}
+{{- $v := .Values }}
+{{- $errors := list }}
+{{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
+{{- if eq $v.group.executor "mp" }}
+{{- $since := include "multinode-llm.executorReleases" (dict "root" . "executor" "mp" "supported" false) | fromJsonArray | first }}
+{{- $supported := include "multinode-llm.executorReleases" (dict "root" . "executor" "mp" "supported" true) | fromJsonArray }}
+{{- if and $release (not (has "mp" ($release.controller.executors | default list))) }}
+{{- $errors = append $errors (printf "group.executor=mp needs KServe's Ray-less multi-node mode, which KServe %s lacks: its controller ignores the runtime's multinode/executor-backend annotation and sizes the group for Ray (KServe added the mode in %s, computeMpNodeAndGPUs in components/predictor.go); upgrade KServe to a release the chart supports with it (%s) and set kserve.version to it, or use group.executor=ray" $release.version $since (join ", " $supported)) }}
+{{- end }}
+{{- if ne (int $v.ray.port) 6379 }}
+{{- $errors = append $errors (printf "ray.port=%d applies to group.executor=ray only: an mp group runs no Ray; leave ray.port at 6379, or use group.executor=ray" (int $v.ray.port)) }}
+{{- end }}
+{{- range $role := list "head" "worker" }}
+{{- range $i, $e := index $v $role "env" | default list }}
+{{- if hasPrefix "RAY_" (toString $e.name) }}
+{{- $errors = append $errors (printf "%s.env[%d] sets %s, a Ray setting: an mp group (group.executor=mp) runs no Ray; remove it from %s.env, or use group.executor=ray" $role $i $e.name $role) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $i, $arg := $v.vllm.args }}
+{{- if hasPrefix "--ray-" (replace "_" "-" (toString $arg)) }}
+{{- $errors = append $errors (printf "vllm.args[%d]=%s is a Ray option of vLLM: an mp group (group.executor=mp) runs no Ray; remove it, or use group.executor=ray" $i $arg) }}
+{{- end }}
+{{- end }}
+{{- $taken := dict "8080" "vLLM's OpenAI port on the head" "8081" "the supervisor's status port" }}
+{{- $master := toString (int $v.group.masterPort) }}
+{{- if hasKey $taken $master }}
+{{- $errors = append $errors (printf "group.masterPort=%s is %s; pick another port (default 29500)" $master (get $taken $master)) }}
+{{- end }}
+{{- else if ne (int $v.group.masterPort) 29500 }}
+{{- $errors = append $errors (printf "group.masterPort=%d applies to group.executor=mp only: a Ray group forms through Ray's GCS (ray.port); leave group.masterPort at 29500, or set group.executor=mp" (int $v.group.masterPort)) }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.validateExecutor" */}}
 
 {{- /*
 All cross-field rules, in one place. Each failure names the value, says what is wrong and what to
@@ -684,6 +757,9 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- /* placement and network (docs/placement.md) */}}
 {{- $errors = concat $errors (include "multinode-llm.validatePlacement" . | fromJsonArray) }}
 
+{{- /* the executor: the KServe release that has it, Ray-only values (docs/executors.md) */}}
+{{- $errors = concat $errors (include "multinode-llm.validateExecutor" . | fromJsonArray) }}
+
 {{- /* environment and vLLM arguments the chart or KServe own */}}
 {{- $reservedEnv := include "multinode-llm.reservedEnv" . | fromJson }}
 {{- range $role := list "head" "worker" }}
@@ -695,8 +771,13 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- end }}
 {{- $reservedFlags := include "multinode-llm.reservedVllmFlags" . | fromJson }}
 {{- range $i, $arg := $v.vllm.args }}
+{{- /* vLLM's parser reads --master_port as --master-port */}}
+{{- $name := first (splitList "=" (toString $arg)) }}
+{{- if hasPrefix "--" $name }}
+{{- $name = replace "_" "-" $name }}
+{{- end }}
 {{- range $flag, $instead := $reservedFlags }}
-{{- if or (eq $arg $flag) (hasPrefix (printf "%s=" $flag) $arg) }}
+{{- if eq $name $flag }}
 {{- $errors = append $errors (printf "vllm.args[%d]=%s: the chart owns %s; %s" $i $arg $flag $instead) }}
 {{- end }}
 {{- end }}
@@ -776,6 +857,8 @@ naming the value and the fix; "multinode-llm.validate" reports them with the oth
 {{- range $key, $_ := $v.podAnnotations }}
 {{- if eq $key "k8s.v1.cni.cncf.io/networks" }}
 {{- $errors = append $errors "podAnnotations.k8s.v1.cni.cncf.io/networks: set secondaryNetworks instead (a list of NetworkAttachmentDefinition names; the chart writes the annotation)" }}
+{{- else if eq $key "multinode/executor-backend" }}
+{{- $errors = append $errors "podAnnotations.multinode/executor-backend: set group.executor instead (ray or mp; the chart writes KServe's annotation and tells the runtime)" }}
 {{- else if has $key $dropped }}
 {{- $errors = append $errors (printf "podAnnotations.%s: KServe drops this annotation before it reaches the pods (its serviceAnnotationDisallowedList); remove it" $key) }}
 {{- else if regexMatch "^(internal\\.)?serving\\.kserve\\.io/|^prometheus\\.kserve\\.io/" $key }}
