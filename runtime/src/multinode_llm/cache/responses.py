@@ -12,11 +12,11 @@ long fill.
 aiohttp's ``web.FileResponse`` is not used for stored blobs, though it does Range and sendfile. It
 sends from the event loop's one thread with no bound on a client that stops reading (here: the
 worker threads and ``STALL_TIMEOUT``), puts its own entity tag (the file's mtime and size) over the
-Hub's ``ETag`` and judges ``If-Match``/``If-None-Match`` against it (a client's ``If-Match`` with the
-Hub's tag would get 412), answers 416 where RFC 9110 says to ignore a Range (another unit, several
-ranges, ``bytes=1-0``; ranges.py sends the whole file), and cannot count the bytes it sent. Measured
-on the 2-core development machine, eight concurrent warm downloads of a 256 MiB blob got about 15%
-less from it (DEVELOPERS.md, "The Hub cache").
+Hub's ``ETag`` and judges ``If-Match``/``If-None-Match`` against it (a client's ``If-Match`` with
+the Hub's tag would get 412), answers 416 where RFC 9110 says to ignore a Range (another unit,
+several ranges, ``bytes=1-0``; ranges.py sends the whole file), and cannot count the bytes it sent.
+Measured on the 2-core development machine, eight concurrent warm downloads of a 256 MiB blob got
+about 15% less from it (DEVELOPERS.md, "The Hub cache").
 """
 
 from __future__ import annotations
