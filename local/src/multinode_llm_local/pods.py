@@ -25,7 +25,7 @@ from multinode_llm_local.k8s import Obj, find, quantity
 
 # The local cluster's stand-ins for a GPU node: a platform plugin that makes vLLM's CPU platform
 # claim Ray's "GPU" resource, and a small KV cache so several engines fit on one machine. Only the
-# local cluster sets these (see DEVELOPERS.md, "Running a group on CPUs").
+# local cluster sets these (docs/cpu-groups.md, "The fake GPU").
 GPU_MOCK_ENV: Mapping[str, str] = {"MULTINODE_LLM_GPU_MOCK": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_SHM_BYTES = 64 * 2**20  # a container runtime's /dev/shm when the pod mounts none
