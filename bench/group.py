@@ -15,8 +15,9 @@ Recovery: in the last group, the worker's container is killed (SIGKILL to its PI
 dies); measured until the head's readiness drops, the head restarts, and a completion through the
 head's Service succeeds again.
 
-KServe's own runtime has no timeline to read; its delays follow from its periods (the design note
-and config/runtimes/kserve-huggingfaceserver-multinode.yaml): the head polls for registered nodes
+KServe's own runtime has no timeline to read; its delays follow from its periods
+(docs/kserve-contract.md, "KServe's own multi-node runtime", read from KServe's
+config/runtimes/kserve-huggingfaceserver-multinode.yaml): the head polls for registered nodes
 every 2 s before it even starts vLLM; the head's startup probe waits 60 s, then runs every 30 s,
 and readiness every 5 s after it; each probe is an exec of Python that imports ray (3.7 s wall on
 this kind of machine); liveness fails after 2 misses 5 s apart.

@@ -43,8 +43,9 @@ MODEL_NAME = "tiny"
 HTTP_PORT, STATUS_PORT, GCS_PORT = 8080, 8081, 6379
 PROMPT = "The head and the worker of a pipeline parallel group serve one request"
 THROUGHPUT_GOAL = Goal("ratio", ">=", 0.98, "serving throughput >= 0.98 of plain vLLM")
-# What KServe's own exec probes cost, from the design note: 2.9 s of CPU per probe (importing ray
-# and kserve), one readiness and one liveness probe every 5 s on the head.
+# What KServe's own exec probes cost (docs/kserve-contract.md, "KServe's own multi-node runtime"):
+# 2.9 s of CPU per probe (importing ray and kserve), one readiness and one liveness probe every 5 s
+# on the head.
 KSERVE_PROBE_CPU_S, KSERVE_PROBES_PER_S = 2.9, 2 / 5
 
 

@@ -1,5 +1,5 @@
-"""The chart as each KServe release's webhooks and controller take it (issue "Admitted and working
-on every KServe release the chart claims").
+"""The chart as each KServe release's webhooks and controller take it (docs/kserve-contract.md,
+docs/kserve-releases.md): admitted and working on every KServe release the chart claims.
 
 Every render is real helm 4; what KServe does with it is the local emulation
 (``multinode_llm_local.kserve``), which follows KServe's source at each tag and reproduces KServe's

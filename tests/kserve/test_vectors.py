@@ -35,7 +35,7 @@ VECTOR_KEYS = {"id", "name", "source", "releases", "check", "input", "expect", "
 SOURCE_KEYS = {"tag", "file", "test", "case"}
 RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
 
-# The floor the suite must keep (issue 10, item 5): losing vectors must fail loudly.
+# The floor the suite must keep: losing vectors must fail loudly.
 MIN_VECTORS = 40
 MIN_RELEASES = 5
 

@@ -1,7 +1,8 @@
 """`multinode-llm probe startup|ready|live`: ask a supervisor's status port, for exec probes.
 
 Kept to the standard library and a plain HTTP GET so that it starts in a fraction of a second: an
-exec probe that imports Ray or vLLM costs seconds of CPU on every period (see the design note).
+exec probe that imports Ray or vLLM costs seconds of CPU on every period (docs/kserve-contract.md,
+"KServe's own multi-node runtime").
 Exit 0 when the probe passes, 1 when it fails or the supervisor does not answer.
 """
 

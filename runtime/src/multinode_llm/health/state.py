@@ -1,7 +1,7 @@
 """What the probes answer, decided from facts the supervisor's monitor loop keeps fresh.
 
 A probe request does no work: it reads the last ``Probes`` the monitor loop computed (about once a
-second) from its facts. The rules, from the issue and DEVELOPERS.md:
+second) from its facts. The rules (DEVELOPERS.md, "Probes"):
 
 - head startup: the engine has answered (``/health`` and the served model listed) at least once;
 - head readiness: the engine answers now, and every node of the group is alive;
