@@ -1,5 +1,7 @@
 """The Hub protocol subset clients use, answered from the cache where the Hub's rules allow.
 
+The subset, and what the clients rely on in it: docs/hub-protocol.md.
+
 - ``HEAD|GET /{prefix}{repo}/resolve/{rev}/{path}``: the file's facts (commit, ETag, size) and its
   bytes, 200 or 206/416. Whether the caller may have them is asked upstream, with the caller's own
   credential (a HEAD of that file, which also gives its facts), unless the Hub said yes to that
