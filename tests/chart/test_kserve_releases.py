@@ -231,6 +231,47 @@ def test_0_20_0_is_refused_because_it_deletes_the_workers() -> None:
     assert [w.name for w in group.workloads] == ["llm-multinode-llm-predictor"]
 
 
+MP = {
+    "model": {"uri": "pvc://models/llama"},
+    "parallelism": {"tensor": 2, "pipeline": 3},
+    "group": {"executor": "mp"},
+}
+MP_RELEASES = [v for v in SUPPORTED if "mp" in TABLE["releases"][v]["controller"]["executors"]]
+
+
+@pytest.mark.parametrize("version", [*MP_RELEASES, "0.20.0"])
+def test_an_mp_group_is_what_each_release_with_the_mode_makes_of_it(version: str) -> None:
+    """components/predictor.go multiNodeProcess (v0.18.0 on): the runtime's spec.annotations
+    select computeMpNodeAndGPUs, nodes = PP and GPUs per pod = TP. 0.20.0 is refused by the chart
+    (it deletes the workers): its controller gets the 0.19.0 render, as the Ray test above."""
+    objects = render("0.19.0" if version == "0.20.0" else version, MP)
+    runtime = next(d for d in objects if d["kind"] == "ServingRuntime")
+    assert runtime["spec"]["annotations"][controller.EXECUTOR_ANNOTATION] == "mp"
+    [group] = admitted(version, ("llm", "serving", objects))
+    assert (group.node_count, group.head_gpus, group.worker_gpus) == (3, 2, 2)
+    assert group.worker.replicas == 3 - 1
+    # KServe copies spec.annotations into the head's pods only: the env tells both the mode
+    assert group.head.annotations[controller.EXECUTOR_ANNOTATION] == "mp"
+    assert controller.EXECUTOR_ANNOTATION not in group.worker.annotations
+    for workload in (group.head, group.worker):
+        env = controller.env_of(workload.container)
+        assert env["REQUEST_GPU_COUNT"] == "2", workload.role
+        assert env["RAY_NODE_COUNT"] == "3", workload.role
+        assert (env["MULTINODE_LLM_EXECUTOR"], env["MASTER_PORT"]) == ("mp", "29500")
+        assert "RAY_PORT" not in env, workload.role
+        limits = workload.container["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] in ("2", 2), workload.role
+
+
+@pytest.mark.parametrize("version", [v for v in SUPPORTED if v not in MP_RELEASES])
+def test_mp_is_refused_on_a_release_without_the_mode(version: str) -> None:
+    result = template("helm4", values={**MP, "kserve": {"version": version}})
+    assert result.returncode != 0
+    assert "group.executor=mp" in result.stderr
+    assert f"which KServe {version} lacks" in result.stderr
+    assert f"({', '.join(MP_RELEASES)})" in result.stderr
+
+
 def test_an_unverified_release_is_a_deliberate_choice() -> None:
     refused = template("helm4", values={**HF, "kserve": {"version": "0.21"}})
     assert refused.returncode != 0

@@ -108,6 +108,91 @@ TABLE: dict[str, Refusal] = {
         "vllm.args[1]",
         "set parallelism.tensor",
     ),
+    # the executor (group.executor, docs/executors.md)
+    "unknown executor": schema({"group": {"executor": "torchrun"}}, "group.executor"),
+    "master port below 1024": schema(
+        {"group": {"executor": "mp", "masterPort": 80}}, "group.masterPort"
+    ),
+    "mp on kserve 0.17": Refusal(
+        {"group": {"executor": "mp"}, "kserve": {"version": "0.17"}},
+        "group.executor",
+        "which KServe 0.17.1 lacks",
+    ),
+    "mp on kserve 0.15.0": Refusal(
+        {"group": {"executor": "mp"}, "kserve": {"version": "0.15.0"}},
+        "group.executor",
+        "upgrade KServe to a release the chart supports with it (0.18.0, 0.18.1, 0.19.0)",
+    ),
+    "ray port with mp": Refusal(
+        {"group": {"executor": "mp"}, "ray": {"port": 7000}},
+        "ray.port",
+        "leave ray.port at 6379, or use group.executor=ray",
+    ),
+    "ray env with mp": Refusal(
+        {"group": {"executor": "mp"}, "worker": {"env": [{"name": "RAY_TEMP_DIR", "value": "/x"}]}},
+        "worker.env[0]",
+        "remove it from worker.env, or use group.executor=ray",
+    ),
+    "ray vllm option with mp": Refusal(
+        {"group": {"executor": "mp"}, "vllm": {"args": ["--ray_workers_use_nsight"]}},
+        "vllm.args[0]",
+        "a Ray option of vLLM",
+    ),
+    "master port on the status port": Refusal(
+        {"group": {"executor": "mp", "masterPort": 8081}},
+        "group.masterPort",
+        "the supervisor's status port; pick another port",
+    ),
+    "master port with ray": Refusal(
+        {"group": {"masterPort": 29600}},
+        "group.masterPort",
+        "leave group.masterPort at 29500, or set group.executor=mp",
+    ),
+    "executor backend in vllm args": Refusal(
+        {"vllm": {"args": ["--distributed-executor-backend=mp"]}},
+        "vllm.args[0]",
+        "set group.executor (ray or mp)",
+    ),
+    "nnodes in vllm args": Refusal(
+        {"group": {"executor": "mp"}, "vllm": {"args": ["--nnodes", "2"]}},
+        "vllm.args[0]",
+        "the runtime sets it to parallelism.pipeline",
+    ),
+    "node rank in vllm args": Refusal(
+        {"group": {"executor": "mp"}, "vllm": {"args": ["--node-rank=1"]}},
+        "vllm.args[0]",
+        "the head hands each worker its rank",
+    ),
+    "master addr in vllm args": Refusal(
+        {"vllm": {"args": ["--max-model-len=4096", "--master_addr", "10.0.0.1"]}},
+        "vllm.args[1]",
+        "the runtime sets it to the head's pod IP",
+    ),
+    "master port in vllm args": Refusal(
+        {"group": {"executor": "mp"}, "vllm": {"args": ["--master-port=29501"]}},
+        "vllm.args[0]",
+        "set group.masterPort",
+    ),
+    "headless in vllm args": Refusal(
+        {"group": {"executor": "mp"}, "vllm": {"args": ["--headless"]}},
+        "vllm.args[0]",
+        "the runtime runs the workers headless",
+    ),
+    "MASTER_PORT in head env": Refusal(
+        {"group": {"executor": "mp"}, "head": {"env": [{"name": "MASTER_PORT", "value": "1"}]}},
+        "head.env[0]",
+        "set group.masterPort instead",
+    ),
+    "MULTINODE_LLM_EXECUTOR in worker env": Refusal(
+        {"worker": {"env": [{"name": "MULTINODE_LLM_EXECUTOR", "value": "mp"}]}},
+        "worker.env[0]",
+        "set group.executor instead",
+    ),
+    "executor annotation in pod annotations": Refusal(
+        {"podAnnotations": {"multinode/executor-backend": "mp"}},
+        "podAnnotations.multinode/executor-backend",
+        "set group.executor instead",
+    ),
     # storage
     "missing model uri": Refusal(
         {"parallelism": {"tensor": 1, "pipeline": 2}},
