@@ -214,7 +214,7 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
 
 def _missing_local_cluster() -> str:
     if importlib.util.find_spec("multinode_llm_local.chart") is None:
-        return "needs the local cluster (`multinode_llm_local.chart`, issue 3)"
+        return "needs the local cluster (`multinode_llm_local.chart`: pip install -e ./local)"
     from multinode_llm.errors import UserError
     from multinode_llm_local.chart import find_chart, find_helm
 

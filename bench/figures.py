@@ -21,7 +21,7 @@ class Goal:
     on: str  # "ratio", "difference" or "value"
     op: str  # ">=" or "<="
     limit: float
-    text: str  # what the issue asks, in words
+    text: str  # the goal, in words
 
     def met(self, figure: Figure) -> bool | None:
         measured = {"ratio": figure.ratio, "difference": figure.difference, "value": figure.value}[

@@ -1,5 +1,5 @@
-"""The monitoring objects (issue 16): PodMonitors or ServiceMonitors, the PrometheusRule and the
-Grafana dashboard.
+"""The monitoring objects (docs/monitoring.md): PodMonitors or ServiceMonitors, the PrometheusRule
+and the Grafana dashboard.
 
 They validate against the real Prometheus Operator CRDs (where PROMETHEUS_OPERATOR_CRD_DIR points at
 them), render only when asked, and their PromQL is what Prometheus' own promtool accepts: every

@@ -1,4 +1,4 @@
-"""Placement and network values (issue 16, part 5; docs/placement.md) as KServe makes them.
+"""Placement and network values (docs/placement.md) as KServe makes them.
 
 Every render is real helm 4; what each KServe release does with it is the local emulation
 (``multinode_llm_local.kserve``, read from KServe's source at each tag). A value counts only when it

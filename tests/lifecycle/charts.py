@@ -1,5 +1,5 @@
 """The two charts the findings compare, rendered with the real helm binaries (tests/chart/chartlib):
-the chart before issue 11's fixes (git history, ``OLD_COMMIT``) and the working tree's."""
+the chart before the lifecycle fixes (git history, ``OLD_COMMIT``) and the working tree's."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import yaml
 
 from tests.chart import chartlib
 
-# The chart before issue 11's fixes: the model volume a pre-install and PreSync hook, the runtime a
-# ClusterServingRuntime named after the release.
+# The chart before the lifecycle fixes: the model volume a pre-install and PreSync hook, the
+# runtime a ClusterServingRuntime named after the release.
 OLD_COMMIT = "56efead"
 CHARTS = ("old", "new")
 MODEL = "hf://Qwen/Qwen2.5-0.5B-Instruct"

@@ -1,4 +1,4 @@
-"""Issue 11, findings 1 and 2 (and the uninstall choice): the model volume under Argo CD's sync and
+"""The model volume under a failed sync, a reinstall and an uninstall, under Argo CD's sync and
 Helm's release actions, on real renders of the chart before the fix (``old``) and now (``new``).
 
 Each test runs both charts and asserts the old chart's bad outcome and the new chart's good one, so
@@ -49,7 +49,7 @@ def download_jobs(cluster: FakeCluster) -> dict[str, list[Any]]:
     }
 
 
-# --- finding 1: Argo CD deletes the model volume when any task of a sync fails -----------------
+# --- Argo CD deletes the model volume when any task of a sync fails ----------------------------
 
 
 @pytest.mark.parametrize("which", CHARTS)
@@ -100,7 +100,7 @@ def test_a_rejected_inferenceservice_leaves_argo_cd_the_volume_and_its_model(
         assert cluster.downloads == [(CLAIM.name, MODEL)]
 
 
-# --- finding 2: a reinstall wipes the kept volume; upgrades never touch it ----------------------
+# --- a reinstall wipes the kept volume; upgrades never touch it ---------------------------------
 
 
 @pytest.mark.parametrize("which", CHARTS)

@@ -1,4 +1,4 @@
-"""Issue 11, finding 6: two teams install release ``llm``, one in team-a and one in team-b.
+"""Two teams install release ``llm``, one in team-a and one in team-b.
 
 The old chart named its ClusterServingRuntime (cluster-scoped, and its default scope) after the
 release only: both teams render the same object. Under Helm the second install is refused by the

@@ -1,7 +1,7 @@
 """`multinode-llm stage` with the real huggingface_hub against the fake Hub (the real Hub cannot be
 reached here): a snapshot is either complete and verified, or not marked staged at all.
 
-The issue it answers: huggingface_hub's ``snapshot_download`` returns success on a partial folder
+The problem it answers: huggingface_hub's ``snapshot_download`` returns success on a partial folder
 when the Hub answers 429/5xx or times out, so a retried Job could complete on half a model; an
 unpinned revision re-resolved on every upgrade changed the weights under a running group; and an
 expired token failed upgrades that staged nothing new.
