@@ -29,9 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from multinode_llm_testing.locks import BENCH_LOCK, LOCK_WAIT_S, file_lock, vllm_lock
+
 from bench import cache_fanout, group, report, serving
 from bench.figures import Figure, Load, skipped, timestamp
-from bench.sandbox import BENCH_LOCK, file_lock, vllm_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ("cache-warm", "cache-fanout", "serving", "group")
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     figures: list[Figure] = []
     failed = False
-    with file_lock(BENCH_LOCK, "one benchmark run at a time"):
+    with file_lock(BENCH_LOCK, "one benchmark run at a time", LOCK_WAIT_S):
         work = Path(tempfile.mkdtemp(prefix="mnb-", dir="/tmp"))
         work.chmod(0o755)  # the local cluster's pods run as uid 1000 and read the model here
         try:

@@ -24,15 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from multinode_llm_local.netns import NETNS_ETC, Host
+from multinode_llm_local.netns import Host
+from multinode_llm_testing.cache import CacheProcess, hf_env, start_peers, wait_for_peers
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.networks import BENCH_CACHE
 
 from bench.figures import Figure, Goal, Load, load_average
-from bench.sandbox import CACHE_NET, sandbox, wait_until
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import CacheProcess, hf_env
+from bench.sandbox import sandbox
 
-PEERS_NAME = "cache-peers"  # the headless Service's name
-PORT = 8090
 NODES = 4
 CLIENT_TIMEOUT_S = 600.0
 UPSTREAM_GOAL = Goal("value", "<=", 1.0, "upstream bytes = 1.0 x model size with four peers")
@@ -57,13 +56,14 @@ class Fetch:
 def measure(options: Options, log: Callable[[str], None]) -> list[Figure]:
     work = Path(tempfile.mkdtemp(prefix="mnb-fanout-"))
     try:
-        with sandbox(CACHE_NET) as box:
+        with sandbox(BENCH_CACHE) as box:
             hub = FakeHub(host=box.network.gateway).start()
             try:
                 hub.link_bytes_per_second = options.link_mib_s * (1 << 20)
                 hosts = [box.network.add_host(f"n{index}") for index in range(NODES)]
-                caches = _start_peers(hosts, hub.url, work)
+                caches = start_peers(hosts, hub.url, work)
                 try:
+                    wait_for_peers(caches)
                     with load_average() as load:
                         peers, direct, size = _repeat(options, hub, hosts, caches, work, log)
                 finally:
@@ -74,34 +74,6 @@ def measure(options: Options, log: Callable[[str], None]) -> list[Figure]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return _figures(options, peers, direct, size, load)
-
-
-def _start_peers(hosts: list[Host], upstream: str, work: Path) -> list[CacheProcess]:
-    for host in hosts:  # one name, every peer's address: what a headless Service answers
-        lines = ["127.0.0.1 localhost", *(f"{peer.ip} {PEERS_NAME}" for peer in hosts)]
-        (NETNS_ETC / host.namespace).mkdir(parents=True, exist_ok=True)
-        (NETNS_ETC / host.namespace / "hosts").write_text("\n".join(lines) + "\n")
-    caches = [
-        CacheProcess(
-            upstream,
-            work / f"store-{host.namespace}",
-            work / f"{host.namespace}.log",
-            host=host.ip,
-            port=PORT,
-            args=["--peers", PEERS_NAME, "--advertise-address", host.ip],
-            prefix=host.command([]),
-        )
-        for host in hosts
-    ]
-    for cache in caches:
-        cache.wait_ready()
-    for cache in caches:
-        _wait_for_peers(cache)
-    return caches
-
-
-def _wait_for_peers(cache: CacheProcess) -> None:
-    wait_until(lambda: cache.metrics()["peers_live"] == NODES, 30, f"{cache.url} to see its peers")
 
 
 def _repeat(

@@ -26,10 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from multinode_llm_testing.cache import CacheProcess, raw_request
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
-from tests.cache.harness import CacheProcess, free_port, raw_request, wait_until  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 if TYPE_CHECKING:
     from bench.figures import Figure
@@ -188,7 +189,7 @@ def start_fake_hub(model: Path, port: int, cdn_port: int, work: Path) -> subproc
     command = [
         sys.executable,
         "-m",
-        "tests.cache.fake_hub",
+        "multinode_llm_testing.fake_hub",
         str(model),
         "--port",
         str(port),

@@ -41,8 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multinode_llm_testing.networks import BENCH_LOCAL
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
+
 from bench.figures import Figure, Goal, Load, load_average
-from bench.sandbox import LOCAL_NET, http_get, http_post_json, tail, wait_until
+from bench.sandbox import http_get, http_post_json, tail
 
 MODEL_DIR = "tiny-llama"  # the built-in local values serve pvc://models/tiny-llama
 MODEL_NAME = "tiny-llama"
@@ -114,7 +118,7 @@ def measure(options: Options, claim: Path, log: Callable[[str], None]) -> list[F
 
 def _plain_start(claim: Path) -> float:
     """Seconds from starting one plain vLLM server until it lists the model (it is then stopped)."""
-    port = _free_port()
+    port = free_port()
     argv = [
         sys.executable,
         "-m",
@@ -177,14 +181,6 @@ def _lists_model(base: str) -> bool:
     return status == 200 and MODEL_NAME.encode() in body
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 # The group -------------------------------------------------------------------------------------
 
 
@@ -203,7 +199,7 @@ class _LocalGroup:
         from multinode_llm_local import cluster
 
         self._keep_logs()
-        cluster.down(LOCAL_NET[0])
+        cluster.down(BENCH_LOCAL.prefix)
 
     def _keep_logs(self) -> None:
         """Copy every container log to bench/out/group/ (the cluster's state goes with down)."""
@@ -217,7 +213,7 @@ class _LocalGroup:
     def status(self) -> dict[str, Any]:
         from multinode_llm_local import cluster
 
-        return cluster.status(LOCAL_NET[0]) or {}
+        return cluster.status(BENCH_LOCAL.prefix) or {}
 
     def pod(self, role: str) -> dict[str, Any]:
         return next(p for p in self.status().get("pods", []) if p["role"] == role)
@@ -233,7 +229,7 @@ class _LocalGroup:
     def start(self) -> GroupStart:
         from multinode_llm_local import cluster
 
-        prefix, subnet = LOCAL_NET
+        prefix, subnet = BENCH_LOCAL.at()
         options = cluster.UpOptions(
             volumes={"models": self.claim}, prefix=prefix, subnet=str(subnet), port=0
         )

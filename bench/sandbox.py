@@ -1,8 +1,9 @@
 """Where a benchmark runs: its locks, its private network of pods, and the cleanup after it.
 
 Each benchmark holds the bench lock (two benchmark runs on one machine wait for each other instead
-of colliding on the prefixes and subnets below) and, when it starts vLLM, the machine-wide vLLM lock
-that every suite of this project takes. Everything a benchmark starts is a process in one of its
+of colliding on the bench's prefixes and subnets, ``multinode_llm_testing.networks``) and, when it
+starts vLLM, the machine-wide vLLM lock that every suite of this project takes
+(``multinode_llm_testing.locks``). Everything a benchmark starts is a process in one of its
 network namespaces, so cleanup is by namespace: every PID ``ip netns pids`` lists is killed, the
 namespaces and links go, and the /dev/shm files its vLLM left are removed (only those that appeared
 while it held the vLLM lock and that no live process holds).
@@ -11,66 +12,20 @@ while it held the vLLM lock and that no live process holds).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import ipaddress
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from multinode_llm_local.netns import Host, Network, namespaces_with_prefix
-
-from tests.runtime.runtime_harness import kill_namespace, remove_links, remove_new_shm, shm_files
-
-# Fixed paths in /tmp on purpose: every developer's runs on this machine must find the same lock.
-BENCH_LOCK = Path("/tmp/multinode-llm-bench.lock")  # noqa: S108
-VLLM_LOCK = Path("/tmp/multinode-llm-vllm.lock")  # noqa: S108
-LOCK_WAIT_S = 1800.0  # other developers' suites hold the vLLM lock for minutes at a time
-
-# The bench's own namespace prefixes and subnets (the runtime has 10.231, the cache 10.232, the
-# local cluster 10.230): one per benchmark, all under the bench lock.
-SERVING_NET = ("mnbs", ipaddress.IPv4Network("10.233.0.0/24"))
-LOCAL_NET = ("mnbl", ipaddress.IPv4Network("10.233.1.0/24"))
-CACHE_NET = ("mnbc", ipaddress.IPv4Network("10.233.2.0/24"))
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, what: str, timeout: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold flock(2) on ``path`` (what `flock PATH command` takes); fail after ``timeout``."""
-    with path.open("a") as handle:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"{path} ({what}) stayed taken for {timeout:.0f} s"
-                    ) from None
-                time.sleep(1.0)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def vllm_lock() -> Iterator[None]:
-    """The machine-wide vLLM lock, and removal of the /dev/shm files vLLM left meanwhile."""
-    with file_lock(VLLM_LOCK, "one vLLM group on the machine at a time"):
-        before = shm_files()
-        try:
-            yield
-        finally:
-            remove_new_shm(before)
+from multinode_llm_testing.namespaces import kill_namespace, remove_links
+from multinode_llm_testing.networks import Allocation
 
 
 @dataclass
@@ -142,8 +97,9 @@ class Sandbox:
 
 
 @contextlib.contextmanager
-def sandbox(net: tuple[str, ipaddress.IPv4Network]) -> Iterator[Sandbox]:
-    prefix, subnet = net
+def sandbox(net: Allocation) -> Iterator[Sandbox]:
+    """Pods on one of the bench's networks (multinode_llm_testing.networks); hold the bench lock."""
+    prefix, subnet = net.at()
     network = Network(prefix, subnet)
     network.create()  # removes what a crashed run with this prefix left first
     box = Sandbox(network)
@@ -154,20 +110,6 @@ def sandbox(net: tuple[str, ipaddress.IPv4Network]) -> Iterator[Sandbox]:
         left = namespaces_with_prefix(prefix)
         if left:
             raise RuntimeError(f"namespaces left behind: {left}")
-
-
-def wait_until(
-    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05
-) -> Any:
-    """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:

@@ -34,10 +34,12 @@ from multinode_llm.config import head_config
 from multinode_llm.group import ray_node
 from multinode_llm.serving.command import MIDDLEWARE, STATUS_URL_ENV, engine_command, engine_env
 from multinode_llm_local.netns import POD_INTERFACE
+from multinode_llm_testing.networks import BENCH_SERVING
+from multinode_llm_testing.waits import wait_until
 
 from bench import loadgen
 from bench.figures import Figure, Goal, Load, load_average
-from bench.sandbox import SERVING_NET, Pod, cpu_seconds, http_get, sandbox, tail, wait_until
+from bench.sandbox import Pod, cpu_seconds, http_get, sandbox, tail
 
 MODEL_NAME = "tiny"
 HTTP_PORT, STATUS_PORT, GCS_PORT = 8080, 8081, 6379
@@ -81,7 +83,7 @@ class Scenario:
 
 
 def measure(options: Options, model: Path, log: Callable[[str], None]) -> list[Figure]:
-    with sandbox(SERVING_NET) as box:
+    with sandbox(BENCH_SERVING) as box:
         ours, plain = box.pod("ours"), box.pod("plain")
         env = _pod_env(model)
         started = time.monotonic()

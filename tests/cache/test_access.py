@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import hf_hub_download, snapshot_download
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import assert_same_files, model_files, raw_request
+from multinode_llm_testing.cache import assert_same_files, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeRepo
 
 SHARD = "model-00001-of-00002.safetensors"
 

@@ -13,9 +13,10 @@ import pytest
 from huggingface_hub import constants, hf_hub_download
 from multinode_llm.cache import fills, responses, routes
 from multinode_llm.cache.server import Settings, running
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import free_port, model_files, raw_request, wait_until
+from multinode_llm_testing.cache import model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
 

@@ -25,9 +25,10 @@ import yaml
 from huggingface_hub import snapshot_download
 from multinode_llm.cache import cli as cache_cli
 from multinode_llm.cache.store import parse_size
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import assert_same_files, free_port, model_files, wait_until
+from multinode_llm_testing.cache import assert_same_files, model_files
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = Path(os.environ.get("TOOLS_DIR", ROOT / ".tools")) / "bin" / "helm4"

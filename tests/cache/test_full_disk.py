@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import model_files, raw_request, wait_until
+from multinode_llm_testing.cache import model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.waits import wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("mount") is None,

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download, snapshot_download
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import assert_same_files, hf_env, model_files, raw_request
+from multinode_llm_testing.cache import assert_same_files, hf_env, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 BLOB_KINDS = ("get", "cdn")  # requests whose bodies are file bytes
 

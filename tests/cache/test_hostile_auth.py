@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import GatedRepoError
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import CacheProcess, assert_same_files, model_files, raw_request
+from multinode_llm_testing.cache import CacheProcess, assert_same_files, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 SHARD = "model-00001-of-00002.safetensors"
 FILES = model_files(seed=60)

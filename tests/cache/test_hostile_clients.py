@@ -11,9 +11,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import model_files, raw_request, wait_until
+from multinode_llm_testing.cache import model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
 CLIENT_TIMEOUT = 2  # --client-timeout: seconds for a request's head, or its body, to arrive

@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from multinode_llm.cache.peers import rendezvous
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import CacheProcess, free_port, raw_request, wait_until
+from multinode_llm_testing.cache import CacheProcess, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
 PEER_HEADER = "X-Multinode-Llm-Peer"
 TIMEOUT = 2

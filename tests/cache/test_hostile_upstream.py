@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import CacheProcess, model_files, raw_request, wait_until
+from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
 TIMEOUT = 2  # --upstream-timeout for the tests that wait on a stalled upstream

@@ -2,14 +2,12 @@
 cluster with a headless Service; clients on the nodes download with the real `hf` command at once.
 
 Needs root (network namespaces). Runs hold an exclusive lock, so two runs on one machine wait for
-each other instead of colliding on the namespace prefix ``mnc`` and the subnet 10.232.0.0/24.
+each other instead of colliding on the cache's prefix and subnet (``networks.CACHE_PEERS``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import ipaddress
 import os
 import shutil
 import subprocess
@@ -20,46 +18,38 @@ from pathlib import Path
 
 import pytest
 from multinode_llm.cache.peers import rendezvous
-from multinode_llm_local.netns import NETNS_ETC, Host, Network
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import CacheProcess, hf_env, model_files, wait_until
+from multinode_llm_local.netns import Host, Network
+from multinode_llm_testing.cache import (
+    PEER_PORT,
+    CacheProcess,
+    hf_env,
+    model_files,
+    start_peers,
+    wait_for_peers,
+)
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.locks import file_lock
+from multinode_llm_testing.networks import CACHE_PEERS
+from multinode_llm_testing.waits import wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None,
     reason="peers run in network namespaces: needs root and iproute2",
 )
 
-PREFIX, SUBNET = "mnc", ipaddress.ip_network("10.232.0.0/24")
-LOCK = Path("/tmp/multinode-llm-cache-netns.lock")
-PORT = 8090
-PEERS_NAME = "cache-peers"  # what a headless Service's DNS name would be
+PREFIX, SUBNET = CACHE_PEERS.at()
 PEER_COUNT, CLIENT_COUNT = 4, 8
 
 
 @pytest.fixture
 def network() -> Iterator[Network]:
-    with LOCK.open("w") as lock:
-        wait_until(
-            lambda: _try_lock(lock),
-            600,
-            f"{LOCK} (another run holds the {PREFIX} network)",
-            0.5,
-        )
+    with file_lock(CACHE_PEERS.lock, f"another run holds the {PREFIX} network", 600):
         net = Network(PREFIX, SUBNET)
         net.create()
         try:
             yield net
         finally:
             net.destroy()
-
-
-def _try_lock(lock) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -74,31 +64,9 @@ def nodes(
     network: Network, hub_on_bridge: FakeHub, tmp_path: Path
 ) -> Iterator[list[tuple[Host, CacheProcess]]]:
     hosts = [network.add_host(f"p{index}") for index in range(PEER_COUNT)]
-    for host in hosts:  # one name, every peer's address: what a headless Service answers
-        lines = ["127.0.0.1 localhost", *(f"{peer.ip} {PEERS_NAME}" for peer in hosts)]
-        (NETNS_ETC / host.namespace).mkdir(parents=True, exist_ok=True)
-        (NETNS_ETC / host.namespace / "hosts").write_text("\n".join(lines) + "\n")
-    caches = [
-        CacheProcess(
-            hub_on_bridge.url,
-            tmp_path / f"store-{host.namespace}",
-            tmp_path / f"{host.namespace}.log",
-            host=host.ip,
-            port=PORT,
-            args=["--peers", PEERS_NAME, "--advertise-address", host.ip],
-            prefix=host.command([]),
-        )
-        for host in hosts
-    ]
+    caches = start_peers(hosts, hub_on_bridge.url, tmp_path)
     try:
-        for cache in caches:
-            cache.wait_ready()
-        for cache in caches:
-            wait_until(
-                lambda c=cache: c.metrics()["peers_live"] == PEER_COUNT,
-                30,
-                f"{cache.url} to see every peer",
-            )
+        wait_for_peers(caches)
         yield list(zip(hosts, caches, strict=True))
     finally:
         for cache in caches:
@@ -169,8 +137,8 @@ def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(nodes, hub_on_b
     hub_on_bridge.add(FakeRepo("org/survive", files))
     hub_on_bridge.bytes_per_second = 6 << 20  # about 4 s for the big blob: time to kill its owner
     key = f"sha256:{hashlib.sha256(files[big]).hexdigest()}"
-    owner = rendezvous(key, [f"{host.ip}:{PORT}" for host, _ in nodes])[0]
-    victim = next(cache for host, cache in nodes if f"{host.ip}:{PORT}" == owner)
+    owner = rendezvous(key, [f"{host.ip}:{PEER_PORT}" for host, _ in nodes])[0]
+    victim = next(cache for host, cache in nodes if f"{host.ip}:{PEER_PORT}" == owner)
     survivors = [node for node in nodes if node[1] is not victim]
 
     workdirs = [tmp_path / f"client{index}" for index in range(CLIENT_COUNT)]

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import snapshot_download
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import assert_same_files, model_files
+from multinode_llm_testing.cache import assert_same_files, model_files
+from multinode_llm_testing.fake_hub import FakeRepo
 
 # In a private mount namespace: keep the store writable (a bind mount of its own), then make "/"
 # read-only, then become the cache.

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import CacheProcess, free_port, wait_until
+from multinode_llm_testing.cache import CacheProcess
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
 FILES = {
     f"shard-{index:02d}.safetensors": random.Random(index).randbytes(512 << 10)

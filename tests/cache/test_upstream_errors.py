@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import urllib.request
 
+from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import CacheProcess, free_port, model_files, raw_request
 
 SHARD = "model-00001-of-00002.safetensors"
 

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(
-    0, str(Path(__file__).parents[1])
-)  # tests/serving_checks.py, shared with tests/kind
-
 from groups import TIMINGS, group_prerequisites, record
 from multinode_llm_local import cluster
 

@@ -12,7 +12,6 @@ The measured times (ready, recovered) are printed in pytest's summary.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import os
 import signal
@@ -31,10 +30,11 @@ from multinode_llm.errors import UserError
 from multinode_llm_local import cluster
 from multinode_llm_local.netns import namespaces_with_prefix
 from multinode_llm_local.state import ClusterPlan, ClusterState, process_alive
-from serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
+from multinode_llm_testing.locks import vllm_lock
+from multinode_llm_testing.networks import E2E_GROUPS
+from multinode_llm_testing.serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
+from multinode_llm_testing.waits import wait_seconds
 
-VLLM_LOCK = Path("/tmp/multinode-llm-vllm.lock")
-VLLM_LOCK_WAIT_S = 1800
 TIMINGS: list[tuple[str, str, float]] = []  # (scenario, what, seconds), printed at the end
 
 
@@ -106,14 +106,7 @@ class LocalGroup:
 
     def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
         """Wait for ``condition`` with a deadline; return the seconds it took."""
-        started = time.monotonic()
-        while not condition():
-            if time.monotonic() - started > timeout:
-                raise AssertionError(
-                    f"{self.name}: timed out after {timeout:.0f}s waiting for {what}"
-                )
-            time.sleep(0.5)
-        return time.monotonic() - started
+        return wait_seconds(condition, timeout, f"{what} ({self.name})", interval=0.5)
 
     def kill(self, role: str) -> float:
         """SIGKILL the first ``role`` pod's container (its PID namespace dies with it): when."""
@@ -146,8 +139,9 @@ class LocalGroup:
 
 
 def _free_prefix() -> Iterator[tuple[str, str]]:
-    """A network prefix and /24 of our own range no other run holds (an abstract socket as lock)."""
-    for number in range(1, 100):
+    """A network prefix and /24 of the e2e slots (multinode_llm_testing.networks.E2E_GROUPS) no
+    other run holds (an abstract unix socket per slot is its lock)."""
+    for number in E2E_GROUPS.slots or ():
         lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             lock.bind(f"\0multinode-llm-e2e-{number}")
@@ -155,32 +149,12 @@ def _free_prefix() -> Iterator[tuple[str, str]]:
             lock.close()
             continue
         try:
-            yield f"mnl{number}", f"10.230.{number}.0/24"
+            prefix, subnet = E2E_GROUPS.at(number)
+            yield prefix, str(subnet)
         finally:
             lock.close()
         return
-    raise AssertionError("no free local cluster prefix mnl1..mnl99")
-
-
-@contextlib.contextmanager
-def vllm_lock() -> Iterator[None]:
-    """One vLLM group at a time on this machine (the team's flock)."""
-    with VLLM_LOCK.open("a") as handle:
-        deadline = time.monotonic() + VLLM_LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"{VLLM_LOCK} stayed taken for {VLLM_LOCK_WAIT_S}s"
-                    ) from None
-                time.sleep(2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    raise AssertionError(f"no free local cluster slot for {E2E_GROUPS.user}")
 
 
 @contextlib.contextmanager

@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -44,6 +43,7 @@ from typing import Any
 
 import yaml
 from multinode_llm_local.state import ClusterPlan
+from multinode_llm_testing.ports import free_port
 
 PROMETHEUS = "prometheus"  # Debian's package `prometheus` (hack/install-packages.sh prometheus)
 INTERVAL = "1s"  # scrape and evaluation interval: the test waits on both
@@ -362,19 +362,13 @@ class Prometheus:
         return [a for a in self.api("alerts")["alerts"] if a["labels"].get("alertname") == name]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def running(
     monitors: Sequence[Obj], rules: Sequence[Obj], plan: ClusterPlan, status: Mapping[str, Any]
 ) -> Iterator[Prometheus]:
     """A Prometheus scraping the local cluster of ``plan``; stopped by PID and removed after."""
     directory = Path(tempfile.mkdtemp(prefix="mnl-prometheus-"))
-    prometheus = Prometheus(directory, _free_port())
+    prometheus = Prometheus(directory, free_port())
     try:
         prometheus.configure(monitors, rules)
         prometheus.sync_targets(plan, status)

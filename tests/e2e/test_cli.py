@@ -12,9 +12,10 @@ import pytest
 from groups import group_prerequisites
 from multinode_llm_local.cli import main
 from multinode_llm_local.netns import namespaces_with_prefix
+from multinode_llm_testing.networks import CLI_E2E
 
 CLI = [sys.executable, "-m", "multinode_llm_local"]
-PREFIX = "mnlcli"
+PREFIX, SUBNET = CLI_E2E.at()
 
 
 def _cli(*args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -69,7 +70,7 @@ def test_a_taken_port_is_named_and_nothing_is_created() -> None:
                 "--prefix",
                 PREFIX,
                 "--subnet",
-                "10.230.250.0/24",
+                str(SUBNET),
                 "--port",
                 str(port),
             )

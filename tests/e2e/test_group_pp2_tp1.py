@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import serving_checks as checks
 from groups import LocalGroup, local_group, record, serves_now
 from multinode_llm_local import cluster
 from multinode_llm_local.chart import find_chart
 from multinode_llm_local.kserve import releases
+from multinode_llm_testing import serving_checks as checks
 
 SCENARIO = "PP=2 TP=1"
 RECOVERY_S = 600

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import serving_checks as checks
 from groups import LocalGroup, local_group
+from multinode_llm_testing import serving_checks as checks
 
 SCENARIO = "PP=2 TP=2"
 

@@ -21,6 +21,7 @@ from multinode_llm_local import cluster
 from multinode_llm_local.chart import find_chart
 from multinode_llm_local.pods import ContainerPlan, PodPlan
 from multinode_llm_local.state import ClusterPlan, Forward
+from multinode_llm_testing.networks import PROMETHEUS_E2E
 
 SCENARIO = "Prometheus PP=2 TP=1"
 ALERT = "MultinodeLLMGroupDegraded"
@@ -130,7 +131,7 @@ def test_the_podmonitor_selects_the_groups_ports_and_nothing_else() -> None:
         _pod("cache", isvc, "cache", "127.0.0.4", {"http": 18090}),
     ]
     plan = ClusterPlan(
-        prefix="mnlprom",
+        prefix=PROMETHEUS_E2E.prefix,
         subnet="",
         release="local",
         namespace="default",

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from multinode_llm_testing.ports import free_port
 
 from tests.image.conftest import ROOT
 from tests.image.layers import image_id
@@ -37,12 +37,6 @@ MANIFEST_TYPES = ", ".join(
         "application/vnd.docker.distribution.manifest.v2+json",
     )
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "bin"
-sys.path.insert(0, str(ROOT / "tests"))  # serving_checks, shared with tests/e2e
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import serving_checks as checks
 import yaml
+from multinode_llm_testing import serving_checks as checks
+from multinode_llm_testing.waits import wait_seconds
 from pytest_helm_charts.clusters import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,12 +78,7 @@ def _condition(pod: dict[str, Any], kind: str) -> bool:
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(5)
-    return time.monotonic() - started
+    return wait_seconds(condition, timeout, what, interval=5)
 
 
 def _stage_model(cluster: Cluster, namespace: str, image: str, claim: str) -> None:

@@ -17,18 +17,11 @@ from pathlib import Path
 
 import pytest
 from multinode_llm_local.netns import Network
-from runtime_harness import (
-    NETWORK_LOCK,
-    SUBNET,
-    VLLM_LOCK,
-    Cluster,
-    file_lock,
-    remove_new_shm,
-    shm_files,
-)
+from multinode_llm_testing.locks import file_lock, vllm_lock
+from multinode_llm_testing.networks import RUNTIME
+from runtime_harness import Cluster
 
 TIMINGS: list[tuple[str, float]] = []
-PREFIX = "mnrt1"  # the runtime's netns prefix (team rule: mnrt*); NETWORK_LOCK makes it ours alone
 
 
 def _missing() -> str | None:
@@ -71,9 +64,9 @@ def timing() -> list[tuple[str, float]]:
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A private network for pods; with the `vllm` mark, also the vLLM lock and /dev/shm cleanup."""
     uses_vllm = request.node.get_closest_marker("vllm") is not None
-    with file_lock(NETWORK_LOCK), file_lock(VLLM_LOCK) if uses_vllm else contextlib.nullcontext():
-        shm_before = shm_files()
-        network = Network(PREFIX, SUBNET)
+    # RUNTIME.lock keeps two runs off the runtime's prefix and subnet (the shared table).
+    with file_lock(RUNTIME.lock), vllm_lock() if uses_vllm else contextlib.nullcontext():
+        network = Network(*RUNTIME.at())
         network.create()
         env = {"MULTINODE_LLM_GPU_MOCK": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
         group = Cluster(network, env=env)
@@ -81,8 +74,6 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             yield group
         finally:
             group.close()
-            if uses_vllm:
-                remove_new_shm(shm_before)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ node failure would); stopping it sends SIGTERM to the supervisor (as kubelet wou
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import ipaddress
 import json
 import os
 import shutil
@@ -18,35 +16,21 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from multinode_llm_local.netns import NETNS_ETC, Host, Network
+from multinode_llm_testing.namespaces import kill_namespace, remove_links
 
-SUBNET = ipaddress.ip_network("10.231.0.0/24")  # the runtime's, by team rule
-NETWORK_LOCK = "/tmp/multinode-llm-runtime-net.lock"  # two runs must not share the subnet
-VLLM_LOCK = "/tmp/multinode-llm-vllm.lock"  # one vLLM group on the machine at a time
 NAMESPACE = "default"
 HEAD_SVC = "tiny-head-1"
 HEAD_FQDN = f"{HEAD_SVC}.{NAMESPACE}.svc.cluster.local"
 STATUS_PORT = 8081
 HTTP_PORT = 8080
-
-
-@contextlib.contextmanager
-def file_lock(path: str) -> Iterator[None]:
-    """Hold an exclusive flock(2) on ``path``: the same lock `flock PATH command` takes."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -155,88 +139,6 @@ def _run(
         return subprocess.Popen(
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-
-
-def kill_namespace(namespace: str) -> None:
-    """SIGKILL every process in a network namespace until none is left (they may fork meanwhile)."""
-    for _ in range(20):
-        listing = subprocess.run(
-            ["ip", "netns", "pids", namespace],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        pids = [int(pid) for pid in listing.stdout.split()]
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
-
-
-def remove_links(prefix: str) -> None:
-    """Delete links the prefix names that outlived their namespace (a veth goes only when its
-    namespace is freed, which can lag `ip netns delete` while killed processes exit)."""
-    for _ in range(50):
-        listing = subprocess.run(
-            ["ip", "-o", "link", "show"], capture_output=True, text=True, check=False
-        )
-        names = [line.split(":")[1].strip().split("@")[0] for line in listing.stdout.splitlines()]
-        left = [name for name in names if name.startswith(f"{prefix}-")]
-        if not left:
-            return
-        for name in left:
-            subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
-        time.sleep(0.1)
-
-
-def wait_until(
-    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
-) -> Any:
-    """Poll ``condition`` until it returns a truthy value; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-def shm_files() -> set[str]:
-    return set(os.listdir("/dev/shm"))
-
-
-def remove_new_shm(before: set[str]) -> list[str]:
-    """Remove /dev/shm files that appeared since ``before`` and that no live process holds open.
-
-    Called while the vLLM lock is held, so no other vLLM group made them meanwhile.
-    """
-    held = _open_shm_paths()
-    removed = []
-    for name in sorted(shm_files() - before):
-        path = f"/dev/shm/{name}"
-        if path not in held:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed.append(name)
-    return removed
-
-
-def _open_shm_paths() -> set[str]:
-    held: set[str] = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith("/dev/shm/"):
-                        held.add(target)
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-            held.update(line.split()[-1] for line in maps if "/dev/shm/" in line)
-    return held
 
 
 def _parse(body: bytes) -> Any:

@@ -9,7 +9,8 @@ import sys
 import time
 
 import pytest
-from runtime_harness import HEAD_SVC, Cluster, wait_until
+from multinode_llm_testing.waits import wait_until
+from runtime_harness import HEAD_SVC, Cluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod, wait_until
+from multinode_llm_testing.waits import wait_until
+from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 

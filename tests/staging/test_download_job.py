@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from multinode_llm.staging import layout
+from multinode_llm_testing.cache import assert_same_files, model_files
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import assert_same_files, model_files
 from tests.chart import chartlib
 from tests.storage.pod import JobPod
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 from multinode_llm.staging import layout
-
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import assert_same_files, hf_env, model_files
+from multinode_llm_testing.cache import assert_same_files, hf_env, model_files
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 TOKEN = "hf_stage"
 

@@ -16,9 +16,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from multinode_llm_testing.cache import assert_same_files, model_files
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
-from tests.cache.fake_hub import FakeHub, FakeRepo
-from tests.cache.harness import assert_same_files, model_files
 from tests.storage.pod import initializer_env, model_files_in
 from tests.storage.sites import Release, Site, releases
 

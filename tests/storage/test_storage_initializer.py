@@ -15,9 +15,8 @@ import sys
 from importlib.metadata import version
 
 import pytest
-
-from tests.cache.fake_hub import FakeRepo
-from tests.cache.harness import assert_same_files, hf_env, model_files
+from multinode_llm_testing.cache import assert_same_files, hf_env, model_files
+from multinode_llm_testing.fake_hub import FakeRepo
 
 kserve_storage = pytest.importorskip(
     "kserve_storage", reason="kserve-storage is installed by `tox -e storage`"

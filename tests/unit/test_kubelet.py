@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import ipaddress
 import os
 import sys
 import threading
@@ -21,6 +20,7 @@ from multinode_llm_local.kubelet import Backoff, Kubelet, ProbeCounter, check
 from multinode_llm_local.netns import Network, namespaces_with_prefix
 from multinode_llm_local.pods import ContainerPlan, PodIdentity, Probe, plan_pod
 from multinode_llm_local.state import ClusterPlan, ClusterState, Forward, process_alive
+from multinode_llm_testing.networks import KUBELET_UNIT
 
 STANDIN = Path(__file__).with_name("standin_server.py")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -113,9 +113,9 @@ def test_tcp_probe_fails_on_a_closed_port() -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[Network, ClusterState]]:
-    number = 100 + os.getpid() % 150
-    prefix = f"mnlu{number}"
-    network = Network(prefix, ipaddress.ip_network(f"10.230.{number}.0/24"))
+    slots = KUBELET_UNIT.slots or range(0)
+    prefix, subnet = KUBELET_UNIT.at(slots[os.getpid() % len(slots)])
+    network = Network(prefix, subnet)
     network.create()
     state = ClusterState(prefix, root=tmp_path / "state")
     try:

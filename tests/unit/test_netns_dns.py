@@ -5,7 +5,6 @@ Needs root (it creates a network namespace); skips otherwise.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import subprocess
@@ -13,19 +12,20 @@ import sys
 
 import pytest
 from multinode_llm_local.netns import NETNS_ETC, Network
+from multinode_llm_testing.locks import file_lock
+from multinode_llm_testing.networks import NETNS_DNS_UNIT
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None,
     reason="creates a network namespace: needs root and iproute2",
 )
 
-# The bench's range (10.233.0.0/16, prefixes mnb*): this test's own /24.
-PREFIX, SUBNET = "mnbu", ipaddress.IPv4Network("10.233.8.0/24")
+PREFIX, SUBNET = NETNS_DNS_UNIT.at()
 REVERSE_LOOKUP = (
     "import socket, time\n"
     "began = time.monotonic()\n"
     "try:\n"
-    "    socket.getnameinfo(('10.233.8.1', 80), 0)\n"
+    f"    socket.getnameinfo(('{SUBNET[1]}', 80), 0)\n"
     "except OSError:\n"
     "    pass\n"
     "print(time.monotonic() - began)\n"
@@ -33,6 +33,12 @@ REVERSE_LOOKUP = (
 
 
 def test_hosts_names_resolve_and_other_lookups_fail_fast() -> None:
+    with file_lock(NETNS_DNS_UNIT.lock, "another run holds this test's namespace", 120):
+        _check_lookups()
+    assert not (NETNS_ETC / f"{PREFIX}-a").exists()
+
+
+def _check_lookups() -> None:
     network = Network(PREFIX, SUBNET)
     network.create()
     try:
@@ -57,4 +63,3 @@ def test_hosts_names_resolve_and_other_lookups_fail_fast() -> None:
         assert float(lookup.stdout) < 2.0, "a reverse lookup waited for an unreachable nameserver"
     finally:
         network.destroy()
-    assert not (NETNS_ETC / f"{PREFIX}-a").exists()

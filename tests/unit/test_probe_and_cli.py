@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,18 +14,13 @@ from head_facts import SERVING
 from multinode_llm.cli import main
 from multinode_llm.health.server import StatusServer
 from multinode_llm.health.state import HeadFacts, HealthState
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from multinode_llm_testing.ports import free_port
 
 
 @pytest.fixture
 def status() -> Iterator[tuple[HealthState, int]]:
     """A real status server on a free port, in its own event loop thread."""
-    state, port = HealthState(role="head"), _free_port()
+    state, port = HealthState(role="head"), free_port()
     loop = asyncio.new_event_loop()
     server = StatusServer(state, port, host="127.0.0.1")
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -54,7 +48,7 @@ def test_probe_follows_the_supervisor_state(
 
 
 def test_probe_fails_when_nothing_answers(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["probe", "live", "--port", str(_free_port()), "--timeout", "0.5"]) == 1
+    assert main(["probe", "live", "--port", str(free_port()), "--timeout", "0.5"]) == 1
     assert "does not answer" in capsys.readouterr().err
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from multinode_llm_testing.ports import free_port
 
 HELPER = Path(__file__).with_name("status_server_main.py")
 NOFILE = 256
@@ -41,15 +42,9 @@ class Server:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def server() -> Iterator[Server]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, str(HELPER), str(port), str(NOFILE)], stdout=subprocess.PIPE, text=True
     )

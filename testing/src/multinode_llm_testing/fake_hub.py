@@ -1,6 +1,6 @@
 """A FAKE Hugging Face Hub origin for tests and benchmarks (the real Hub cannot be reached here).
 
-It speaks the subset in ../shared/design/hf-hub-protocol.md the way the Hub does, including the
+It speaks the subset in docs/hub-protocol.md the way the Hub does, including the
 parts a cache must cope with: LFS downloads redirect to a "CDN" on another origin (which counts any
 ``Authorization`` header that reaches it), HEADs and tree entries carry Xet signals, tree listings
 page with ABSOLUTE ``Link`` headers, private and gated repos refuse the wrong callers with the Hub's
@@ -26,6 +26,7 @@ import hashlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -242,7 +243,9 @@ class FakeHub:
                 await runner.cleanup()
 
     @web.middleware
-    async def _outages(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
+    async def _outages(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         with self._lock:
             self.requests_seen.append(
                 (

@@ -2,37 +2,39 @@
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from multinode_llm.cache import metrics as cache_metrics
 
+from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+NETNS_ETC = Path("/etc/netns")  # where `ip netns exec` finds a namespace's hosts file
+# The peers' headless Service name and the cache's port, as the chart's DaemonSet has them.
+PEERS_NAME = "cache-peers"
+PEER_PORT = 8090
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    """Poll ``condition()`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+class NamespaceHost(Protocol):
+    """A network namespace a process can run in (``multinode_llm_local.netns.Host``)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def ip(self) -> str: ...
+
+    def command(self, argv: Sequence[str]) -> list[str]: ...
 
 
 class CacheProcess:
@@ -212,3 +214,37 @@ def assert_same_files(directory: Path, files: dict[str, bytes]) -> None:
         assert got == content, (
             f"{path}: {len(got)} bytes differ from the {len(content)} upstream has"
         )
+
+
+def start_peers(hosts: Sequence[NamespaceHost], upstream: str, work: Path) -> list[CacheProcess]:
+    """One cache per host (a node), all finding each other through ``PEERS_NAME`` (every peer's
+    address, as a headless Service answers); returned at once, see ``wait_for_peers``."""
+    for host in hosts:
+        lines = ["127.0.0.1 localhost", *(f"{peer.ip} {PEERS_NAME}" for peer in hosts)]
+        (NETNS_ETC / host.namespace).mkdir(parents=True, exist_ok=True)
+        (NETNS_ETC / host.namespace / "hosts").write_text("\n".join(lines) + "\n")
+    return [
+        CacheProcess(
+            upstream,
+            work / f"store-{host.namespace}",
+            work / f"{host.namespace}.log",
+            host=host.ip,
+            port=PEER_PORT,
+            args=["--peers", PEERS_NAME, "--advertise-address", host.ip],
+            prefix=host.command([]),
+        )
+        for host in hosts
+    ]
+
+
+def wait_for_peers(caches: Sequence[CacheProcess], timeout: float = 30) -> None:
+    """Every cache ready and seeing every peer live."""
+    for cache in caches:
+        cache.wait_ready()
+    for cache in caches:
+        sees_all = functools.partial(_sees, cache, len(caches))
+        wait_until(sees_all, timeout, f"{cache.url} to see every peer")
+
+
+def _sees(cache: CacheProcess, peers: int) -> bool:
+    return cache.metrics()["peers_live"] == peers
