@@ -11,7 +11,7 @@ from chartlib import install_dry_run, kserve_releases, template
 from crdschema import crd_schemas_from_env, schema_errors
 
 EXECUTOR_ANNOTATION = "multinode/executor-backend"
-# issue 12's Done-when command: helm template x charts/multinode-llm --set ...
+# The render docs/executors.md shows: helm template x charts/multinode-llm --set ...
 DONE_WHEN: dict[str, Any] = {
     "model": {"uri": "pvc://models/llama"},
     "parallelism": {"tensor": 2, "pipeline": 2},
