@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from multinode_llm.cli import build_parser
 from multinode_llm.config import head_config
-from multinode_llm.serving.command import MIDDLEWARE, api_key, engine_command, engine_env
+from multinode_llm.serving.command import (
+    MIDDLEWARE,
+    api_key,
+    engine_arguments,
+    engine_command,
+    engine_env,
+    headless_command,
+)
 
 ENV = {
     "PIPELINE_PARALLEL_SIZE": "3",
@@ -78,3 +85,39 @@ def test_api_key_comes_from_vllm_arguments_or_environment() -> None:
     assert api_key(["--api-key=k2"], {"VLLM_API_KEY": "k3"}) == "k2"
     assert api_key([], {"VLLM_API_KEY": "k3"}) == "k3"
     assert api_key(["--max-model-len", "8"], {}) is None
+
+
+MP_ENV = {**ENV, "MULTINODE_LLM_EXECUTOR": "mp", "REQUEST_GPU_COUNT": "8", "MASTER_PORT": "29600"}
+
+
+def test_mp_rank_zero_is_the_openai_server_and_the_master() -> None:
+    config = head_config(MP_ENV, _head_args(["--max-model-len", "256"]))
+    argv = engine_command(config, python="python")
+    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert _flag(argv, "--distributed-executor-backend") == "mp"
+    assert _flag(argv, "--nnodes") == "3"  # PIPELINE_PARALLEL_SIZE pods
+    assert _flag(argv, "--node-rank") == "0"
+    assert _flag(argv, "--master-addr") == "10.0.0.5"  # the head's own POD_IP
+    assert _flag(argv, "--master-port") == "29600"
+    assert _flag(argv, "--middleware") == MIDDLEWARE
+    assert argv[-2:] == ["--max-model-len", "256"]
+    env = engine_env(config, {"PATH": "/bin"})
+    assert "RAY_ADDRESS" not in env  # no Ray anywhere in an mp group
+    assert env["MULTINODE_LLM_STATUS_URL"] == "http://127.0.0.1:8081"
+
+
+def test_an_mp_workers_command_is_the_heads_with_its_own_rank() -> None:
+    config = head_config(MP_ENV, _head_args(["--max-model-len", "256"]))
+    head = engine_arguments(config, node_rank=0)
+    worker = engine_arguments(config, node_rank=2)
+    assert [arg for arg in worker if arg != "2"] == [arg for arg in head if arg != "0"]
+    assert _flag(worker, "--node-rank") == "2"
+    argv = headless_command(worker, python="python")
+    assert argv[:3] == ["python", "-m", "multinode_llm.serving.headless"]
+    assert argv[3:] == worker
+
+
+def test_the_ray_head_gets_no_mp_flags() -> None:
+    argv = engine_command(head_config(ENV, {}), python="python")
+    assert not {"--nnodes", "--node-rank", "--master-addr", "--master-port"} & set(argv)
+    assert engine_env(head_config(ENV, {}), {})["RAY_ADDRESS"] == "10.0.0.5:6379"

@@ -146,3 +146,66 @@ def test_a_count_with_neither_variable_names_both() -> None:
 def test_worker_names_the_head_in_the_cluster_domain_it_is_given() -> None:
     config = worker_config({**WORKER_ENV, "CLUSTER_DOMAIN": "corp.example"}, {})
     assert config.head_host == "llama-head-1.serving.svc.corp.example"
+
+
+MP_HEAD_ENV = {**HEAD_ENV, "MULTINODE_LLM_EXECUTOR": "mp"}  # TP 4 per pod, PP 2 pods: mp's layout
+
+
+def test_the_executor_is_ray_unless_mp_is_asked_for() -> None:
+    config = head_config(HEAD_ENV, {})
+    assert (config.node.executor, config.node.mp, config.node.master_port) == ("ray", False, 29500)
+    mp = head_config({**MP_HEAD_ENV, "MASTER_PORT": "29600"}, {})
+    assert (mp.node.executor, mp.node.mp, mp.node.master_port) == ("mp", True, 29600)
+    assert head_config(HEAD_ENV, {"executor": "mp", "master_port": 1234}).node.master_port == 1234
+    assert worker_config({**WORKER_ENV, "MULTINODE_LLM_EXECUTOR": " MP "}, {}).node.mp
+
+
+def test_an_unknown_executor_is_refused_naming_the_choices() -> None:
+    with pytest.raises(UserError) as refused:
+        head_config({**HEAD_ENV, "MULTINODE_LLM_EXECUTOR": "slurm"}, {})
+    assert str(refused.value) == (
+        "MULTINODE_LLM_EXECUTOR='slurm' is not an executor: set it to one of ray, mp (default ray)"
+    )
+
+
+def test_a_bad_master_port_is_refused() -> None:
+    with pytest.raises(UserError, match=r"^MASTER_PORT='70000' is not a TCP port"):
+        worker_config({**WORKER_ENV, "MASTER_PORT": "70000"}, {})
+
+
+def test_mp_refuses_a_master_port_the_head_uses_already() -> None:
+    with pytest.raises(UserError) as refused:
+        head_config({**MP_HEAD_ENV, "MASTER_PORT": "8081"}, {})
+    assert str(refused.value).startswith(
+        "MASTER_PORT=8081 is also the status port: vLLM's TCPStore needs a port of its own"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"REQUEST_GPU_COUNT": "8"},  # Ray's layout: the head holds more than TP GPUs
+            "REQUEST_GPU_COUNT=8 but TENSOR_PARALLEL_SIZE=4: each pod of an mp group holds "
+            "exactly TENSOR_PARALLEL_SIZE GPUs",
+        ),
+        (
+            {"RAY_NODE_COUNT": "1"},
+            "RAY_NODE_COUNT=1 but PIPELINE_PARALLEL_SIZE=2: an mp group has one pod per "
+            "pipeline stage",
+        ),
+    ],
+)
+def test_mp_refuses_a_layout_that_is_not_kserves_mp_mode(env: dict[str, str], message: str) -> None:
+    for make, base in ((head_config, MP_HEAD_ENV), (worker_config, {**WORKER_ENV, **MP_HEAD_ENV})):
+        with pytest.raises(UserError) as refused:
+            make({**base, **env}, {})  # type: ignore[operator]
+        assert str(refused.value).startswith(message)
+        assert "group.executor=mp" in str(refused.value)
+        assert "MULTINODE_LLM_EXECUTOR=ray" in str(refused.value)
+
+
+def test_ray_keeps_its_own_layout() -> None:
+    """Ray's path is unchanged: a head with more GPUs than TP, fewer pods than PP is fine."""
+    config = head_config({**HEAD_ENV, "REQUEST_GPU_COUNT": "8", "RAY_NODE_COUNT": "1"}, {})
+    assert (config.node.gpus, config.node.node_count) == (8, 1)

@@ -10,6 +10,11 @@ one does): 0.15.0 sets no ``RAY_NODE_COUNT`` nor ``REQUEST_GPU_COUNT``. Both the
 parallel sizes, because the chart gives every pod exactly ``TENSOR_PARALLEL_SIZE`` GPUs and runs
 ``PIPELINE_PARALLEL_SIZE`` pods; ``Node.derived`` says what was derived, for the supervisor's log.
 
+The executor (``MULTINODE_LLM_EXECUTOR``) picks how vLLM forms the group: ``ray`` (Ray's cluster,
+vLLM's Ray executor) or ``mp`` (vLLM's own multi-node executor, KServe 0.18+'s Ray-less mode, where
+each pod holds TENSOR_PARALLEL_SIZE GPUs and the group has PIPELINE_PARALLEL_SIZE pods;
+docs/executors.md).
+
 Everything here is pure: it reads a mapping and returns frozen dataclasses, or raises ``UserError``
 naming the variable and the fix. Nothing touches the network or the file system.
 """
@@ -33,6 +38,11 @@ DEFAULT_RAY_TEMP_DIR = Path("/tmp/ray")  # noqa: S108 - Ray's own default, insid
 DEFAULT_SCRATCH_DIR = Path("/tmp")  # noqa: S108 - inside the pod
 RESTARTS_FILE_NAME = "multinode-llm-restarts.json"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+RAY = "ray"
+MP = "mp"
+EXECUTORS = (RAY, MP)
+# torch.distributed's TCPStore on the head's rank-0 process in mp mode (vLLM --master-port).
+DEFAULT_MASTER_PORT = 29500
 
 Overrides = Mapping[str, object]
 
@@ -67,6 +77,12 @@ class Node:
     pod_namespace: str = ""
     derived: tuple[str, ...] = ()  # "RAY_NODE_COUNT=2 from PIPELINE_PARALLEL_SIZE", for the log
     scratch_dir: Path = DEFAULT_SCRATCH_DIR  # TMPDIR, else /tmp: kept across container restarts
+    executor: str = RAY  # MULTINODE_LLM_EXECUTOR: "ray" or "mp" (vLLM's own multi-node executor)
+    master_port: int = DEFAULT_MASTER_PORT  # MASTER_PORT: the mp group's TCPStore on the head
+
+    @property
+    def mp(self) -> bool:
+        return self.executor == MP
 
     @property
     def restarts_file(self) -> Path:
@@ -131,6 +147,16 @@ def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
         tensor=reader.integer("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", minimum=1),
         pipeline=reader.integer("pipeline_parallel_size", "PIPELINE_PARALLEL_SIZE", minimum=1),
     )
+    http_port = reader.port("port", None, DEFAULT_HTTP_PORT)
+    if node.mp:
+        _check_mp_layout(node, parallel.tensor, parallel.pipeline)
+        taken = {http_port: "vLLM's HTTP port (--port)", node.status_port: "the status port"}
+        if node.master_port in taken:
+            raise UserError(
+                f"MASTER_PORT={node.master_port} is also {taken[node.master_port]}: vLLM's "
+                "TCPStore needs a port of its own; set MASTER_PORT (group.masterPort) to another "
+                f"port, for example {DEFAULT_MASTER_PORT}"
+            )
     names = reader.flag("served_model_name")
     if names is None:
         model_name = env.get("MODEL_NAME", "").strip()
@@ -142,7 +168,7 @@ def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
         parallel=parallel,
         model=_model(reader),
         served_model_names=served,
-        http_port=reader.port("port", None, DEFAULT_HTTP_PORT),
+        http_port=http_port,
         early_engine_start=bool(reader.flag("early_engine_start", True)),
         vllm_args=tuple(str(arg) for arg in _as_list(reader.flag("vllm_args", ()))),
         isvc_name=env.get("INFERENCE_SERVICE_NAME", "").strip(),
@@ -167,6 +193,14 @@ def worker_config(env: Mapping[str, str], overrides: Overrides) -> WorkerConfig:
         )
         domain = reader.env.get("CLUSTER_DOMAIN", "").strip() or DEFAULT_CLUSTER_DOMAIN
         head_host = f"{head_svc}.{namespace}.svc.{domain}"
+    if node.mp:
+        # A worker runs no TP/PP flags of its own (the head hands it vLLM's arguments), but
+        # KServe injects both sizes on worker pods too: a layout that is not mp's is caught here.
+        _check_mp_layout(
+            node,
+            reader.optional_integer("TENSOR_PARALLEL_SIZE"),
+            reader.optional_integer("PIPELINE_PARALLEL_SIZE"),
+        )
     return WorkerConfig(node=node, head_host=str(head_host), isvc_name=env.get("ISVC_NAME", ""))
 
 
@@ -202,7 +236,32 @@ def _node(reader: _Reader) -> Node:
         pod_namespace=reader.env.get("POD_NAMESPACE", ""),
         derived=tuple(derived),
         scratch_dir=Path(reader.env.get("TMPDIR", "").strip() or DEFAULT_SCRATCH_DIR),
+        executor=reader.executor("executor", "MULTINODE_LLM_EXECUTOR", EXECUTORS, RAY),
+        master_port=reader.port("master_port", "MASTER_PORT", DEFAULT_MASTER_PORT),
     )
+
+
+def _check_mp_layout(node: Node, tensor: int | None, pipeline: int | None) -> None:
+    """KServe's mp mode sizes a group as PP pods of TP GPUs each; refuse any other layout.
+
+    vLLM's mp executor splits TP x PP ranks evenly over ``--nnodes`` = PP pods, TP per pod: a pod
+    count or GPU count that is Ray's layout (the head's GPUs first, fewer pods) cannot run it.
+    """
+    fix = (
+        "the mp executor needs KServe's mp layout (the ServingRuntime annotation "
+        "multinode/executor-backend: mp, KServe 0.18+: chart value group.executor=mp), or set "
+        "MULTINODE_LLM_EXECUTOR=ray"
+    )
+    if tensor is not None and node.gpus != tensor:
+        raise UserError(
+            f"REQUEST_GPU_COUNT={node.gpus} but TENSOR_PARALLEL_SIZE={tensor}: each pod of an mp "
+            f"group holds exactly TENSOR_PARALLEL_SIZE GPUs; {fix}"
+        )
+    if pipeline is not None and node.node_count != pipeline:
+        raise UserError(
+            f"RAY_NODE_COUNT={node.node_count} but PIPELINE_PARALLEL_SIZE={pipeline}: an mp group "
+            f"has one pod per pipeline stage; {fix}"
+        )
 
 
 def _model(reader: _Reader) -> str:
@@ -283,6 +342,26 @@ class _Reader:
         derived.append(
             f"{variable}={value} from {fallback} (this KServe release sets no {variable})"
         )
+        return value
+
+    def optional_integer(self, variable: str) -> int | None:
+        """``variable`` as an integer >= 1, or None when it is not set."""
+        if not self.env.get(variable, "").strip():
+            return None
+        return self.integer(variable.lower(), variable, minimum=1)
+
+    def executor(self, name: str, variable: str, choices: tuple[str, ...], default: str) -> str:
+        flag = self.flag(name)
+        raw = flag if flag is not None else self.env.get(variable)
+        if raw is None or str(raw).strip() == "":
+            return default
+        value = str(raw).strip().lower()
+        if value not in choices:
+            source = f"--{name.replace('_', '-')}" if flag is not None else variable
+            raise UserError(
+                f"{source}={raw!r} is not an executor: set it to one of {', '.join(choices)} "
+                f"(default {default})"
+            )
         return value
 
     def port(self, name: str, variable: str | None, default: int) -> int:

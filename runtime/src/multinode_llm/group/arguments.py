@@ -27,6 +27,18 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for the group, then exit 1 (env GROUP_WAIT_TIMEOUT, default 600)",
     )
     node.add_argument("--status-port", type=int, help="the status and probe port (default 8081)")
+    node.add_argument(
+        "--executor",
+        choices=("ray", "mp"),
+        help="how vLLM forms the group: Ray's cluster, or vLLM's own multi-node executor "
+        "(KServe 0.18+'s mp mode) (env MULTINODE_LLM_EXECUTOR, default ray)",
+    )
+    node.add_argument(
+        "--master-port",
+        type=int,
+        help="mp: the head's torch.distributed TCPStore port, vLLM --master-port "
+        "(env MASTER_PORT, default 29500)",
+    )
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:

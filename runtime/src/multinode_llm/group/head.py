@@ -6,6 +6,11 @@
 3. Wait until RAY_NODE_COUNT nodes and TP x PP GPUs are registered, with a deadline and capped
    backoff, logging progress; at the deadline, stop everything and exit 1 naming what is missing.
 4. Watch: exit 1 when Ray or vLLM exits; keep the probes' facts fresh (engine answers, nodes alive).
+
+With ``--executor mp`` (``MULTINODE_LLM_EXECUTOR=mp``) there is no Ray: ``group/mp_head.py`` runs
+the same steps on vLLM's own multi-node executor, with the rank roster in place of Ray's nodes.
+This module keeps what both share: the staged model, the engine's start, the wait for the group
+with its deadline, the monitor loop and the children's checks.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from multinode_llm.config import HeadConfig, head_config
 from multinode_llm.errors import UserError
@@ -67,6 +73,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Any other argument is passed to vLLM's OpenAI server unchanged."
 
 
+class Progress(Protocol):
+    """How far the group is from complete, in words a person can act on."""
+
+    @property
+    def complete(self) -> bool: ...
+
+    def line(self) -> str: ...
+
+    def missing(self) -> str: ...
+
+
+class Watch(Protocol):
+    """Refreshes the probes' facts once per tick; raises GroupError when the group is lost."""
+
+    async def refresh(self, engine: Child | None) -> Progress: ...
+
+    async def close(self) -> None: ...
+
+
 def run(args: argparse.Namespace) -> int:
     flags = arguments.overrides(args)
     flags["vllm_args"] = list(getattr(args, "extra_args", []))
@@ -76,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
             f"the model directory {config.model} does not exist: check MODEL_DIR (KServe mounts "
             "the storageUri at /mnt/models) or pass --model with a directory or a Hub model id"
         )
-    code = asyncio.run(HeadSupervisor(config).run())
+    supervisor = HeadSupervisor(config)
+    if config.node.mp:
+        from multinode_llm.group.mp_head import MpHeadSupervisor  # it builds on this module
+
+        supervisor = MpHeadSupervisor(config)
+    code = asyncio.run(supervisor.run())
     # Every child is stopped by now. Exit without running atexit handlers: the Ray driver's would
     # wait a minute for a GCS that is gone when Ray died.
     logging.shutdown()
@@ -94,9 +124,10 @@ class HeadSupervisor(Supervisor):
         self.ray: Child | None = None
         self.engine: Child | None = None
         self.view: ClusterView | None = None
-        self.watch: GroupWatch | None = None
+        self.watch: Watch | None = None
 
-    async def main(self) -> int:
+    async def prepare(self) -> Deadline:
+        """What both executors do first: the log of derived values, the staged model, the env."""
         node = self.config.node
         for line in node.derived:
             self.log.info("derived %s", line)
@@ -104,12 +135,17 @@ class HeadSupervisor(Supervisor):
             self.config = replace(self.config, model=str(await self._staged_model()))
         deadline = Deadline(node.wait_timeout_s)
         self.env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
+        return deadline
+
+    async def main(self) -> int:
+        node = self.config.node
+        deadline = await self.prepare()
         self.state.phase = "starting Ray"
         self.ray = await ray_node.start(node, None, self.env)
         await self._wait_for_port(node.ray_ports.gcs, "the Ray head's GCS", deadline)
         if self.config.early_engine_start:
             # vLLM needs seconds of imports before it connects to Ray: the GCS is enough now.
-            await self._start_engine()
+            await self.start_engine()
         await self._wait_for_port(node.ray_ports.node_manager, "the Ray head's raylet", deadline)
         self.state.mark("ray_head_up")
         self.view = ClusterView(f"{node.pod_ip}:{node.ray_ports.gcs}")
@@ -122,10 +158,10 @@ class HeadSupervisor(Supervisor):
                 cause=restarts.ENGINE_EXITED,
             ) from error
         watch = self.watch = GroupWatch(self.config, self.state, self.view)
-        await self._wait_for_group(watch, deadline)
+        await self.wait_for_group(watch, deadline)
         if self.engine is None:
-            await self._start_engine()
-        return await self._monitor(watch)
+            await self.start_engine()
+        return await self.monitor(watch)
 
     async def cleanup(self) -> None:
         if self.engine is not None:
@@ -164,7 +200,7 @@ class HeadSupervisor(Supervisor):
     async def _wait_for_port(self, port: int, what: str, deadline: Deadline) -> None:
         """Until this pod's ``port`` accepts connections (`ray start` is still starting)."""
         while not await port_open(self.config.node.pod_ip, port):
-            self._check_children()
+            self.check_children()
             if deadline.passed():
                 raise GroupError(
                     f"{what} did not start within {deadline.seconds:.0f} s",
@@ -172,18 +208,18 @@ class HeadSupervisor(Supervisor):
                 )
             await self.pause(0.1)
 
-    async def _start_engine(self) -> None:
+    async def start_engine(self) -> None:
         argv = engine_command(self.config)
         self.engine = await Child.start("vLLM", argv, engine_env(self.config, self.env))
         self.state.mark("engine_started")
 
-    async def _wait_for_group(self, watch: GroupWatch, deadline: Deadline) -> None:
+    async def wait_for_group(self, watch: Watch, deadline: Deadline) -> None:
         """Wait for every node and GPU; GroupError at the deadline."""
         self.state.phase = "waiting for the group"
         delays = backoff()
         last_line, last_log = "", 0.0
         while True:
-            self._check_children()
+            self.check_children()
             progress = await watch.refresh(self.engine)
             if progress.complete:
                 log.info("group complete after %.1f s: %s", deadline.elapsed, progress.line())
@@ -196,12 +232,12 @@ class HeadSupervisor(Supervisor):
                 raise GroupError(
                     f"the group did not form within {deadline.seconds:.0f} s "
                     f"(--wait-timeout, GROUP_WAIT_TIMEOUT): {progress.missing()}; "
-                    f"{self._where_to_look()}",
+                    f"{self.where_to_look()}",
                     cause=restarts.GROUP_TIMEOUT,
                 )
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
-    def _where_to_look(self) -> str:
+    def where_to_look(self) -> str:
         node = self.config.node
         pods = "every worker pod"
         if self.config.isvc_name:  # KServe labels worker pods app=isvc.<name>-predictor-worker
@@ -209,14 +245,14 @@ class HeadSupervisor(Supervisor):
         gcs = f"{node.pod_ip}:{node.ray_ports.gcs}"
         return f"check that {pods} runs and reaches the head's Ray GCS at {gcs}"
 
-    async def _monitor(self, watch: GroupWatch) -> int:
+    async def monitor(self, watch: Watch) -> int:
         self.state.phase = "serving"
         while True:
-            self._check_children()
+            self.check_children()
             await watch.refresh(self.engine)
             await self.pause(TICK_S)
 
-    def _check_children(self) -> None:
+    def check_children(self) -> None:
         for child, what in ((self.ray, "the Ray head"), (self.engine, "vLLM's OpenAI server")):
             if child is not None and child.returncode is not None:
                 raise GroupError(

@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
-from typing import TYPE_CHECKING
 
 from multinode_llm.config import HeadConfig
 from multinode_llm.group.cluster import ClusterView
+from multinode_llm.group.engine_check import EngineCheck
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import GroupProgress, RayNodeInfo, progress
 from multinode_llm.group.supervisor import GroupError, port_open
 from multinode_llm.health import restarts
 from multinode_llm.health.state import HeadFacts, HealthState
-from multinode_llm.serving.command import api_key, served_names
-
-if TYPE_CHECKING:
-    import aiohttp
 
 log = logging.getLogger("multinode_llm.head")
 
 GCS_FAILURES_TOLERATED = 3  # consecutive ticks without an answer from Ray's GCS
-ENGINE_TIMEOUT_S = 2.0
 
 
 class GroupWatch:
@@ -40,11 +33,7 @@ class GroupWatch:
         self.members: dict[str, str] | None = None  # node id -> IP, once the group formed
         self.gcs_failures = 0
         self.last_nodes: list[RayNodeInfo] = []
-        self.engine_answered_once = False
-        self.engine_last_ok = 0.0
-        self._http: aiohttp.ClientSession | None = None
-        key = api_key(config.vllm_args, os.environ)
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.engine = EngineCheck(config)
 
     async def refresh(self, engine: Child | None) -> GroupProgress:
         nodes = await self._nodes()
@@ -56,12 +45,9 @@ class GroupWatch:
         if self.members is None and now.complete:
             self.members = {node.node_id: node.ip for node in nodes if node.alive}
             self.state.mark("group_complete")
-        healthy, listed = await self._engine(engine)
+        healthy, listed = await self.engine.check(engine)
         if healthy and listed:
-            self.engine_answered_once = True
-            self.engine_last_ok = time.monotonic()
             self.state.mark("engine_ready")
-        silent = time.monotonic() - self.engine_last_ok if self.engine_answered_once else 0.0
         self.state.update(
             HeadFacts(
                 ray_running=True,  # the supervisor exits as soon as it is not
@@ -69,8 +55,8 @@ class GroupWatch:
                 engine_running=engine is not None and engine.returncode is None,
                 engine_healthy=healthy,
                 model_listed=listed,
-                engine_answered_once=self.engine_answered_once,
-                engine_silent_s=round(silent, 1),
+                engine_answered_once=self.engine.answered_once,
+                engine_silent_s=round(self.engine.silent_s(), 1),
                 nodes=now.nodes,
                 expected_nodes=now.expected_nodes,
                 gpus=now.gpus,
@@ -84,8 +70,7 @@ class GroupWatch:
         return now
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        await self.engine.close()
 
     async def _nodes(self) -> list[RayNodeInfo]:
         try:
@@ -113,27 +98,3 @@ class GroupWatch:
         answers = await asyncio.gather(*(port_open(node.ip, node.raylet_port) for node in others))
         lost += [node.ip for node, answered in zip(others, answers, strict=True) if not answered]
         return tuple(sorted(lost))
-
-    async def _engine(self, engine: Child | None) -> tuple[bool, bool]:
-        """(``/health`` is 200, ``/v1/models`` lists the served name) for the running engine."""
-        if engine is None or engine.returncode is not None:
-            return False, False
-        import aiohttp  # imported once the engine runs, not by `multinode-llm probe`
-
-        if self._http is None:
-            self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=ENGINE_TIMEOUT_S)
-            )
-        base = f"http://127.0.0.1:{self.config.http_port}"
-        try:
-            async with self._http.get(f"{base}/health") as health:
-                if health.status != 200:
-                    return False, False
-            async with self._http.get(f"{base}/v1/models", headers=self._headers) as models:
-                if models.status != 200:
-                    return True, False
-                listing = await models.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return False, False
-        ids = {str(model.get("id")) for model in listing.get("data", [])}
-        return True, bool(ids & set(served_names(self.config)))

@@ -7,6 +7,9 @@
    ``HEAD_LOSS_GRACE_S``, when the head's name points at another address (a new head pod), or when
    the head's supervisor restarted (another boot id on its status port).
    Ray workers cannot rejoin a restarted head's group, so the pod must restart and join afresh.
+
+With ``--executor mp`` (``MULTINODE_LLM_EXECUTOR=mp``) group/mp_worker.py runs instead: a rank
+from the head's roster and vLLM headless, no Ray.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = worker_config(os.environ, arguments.overrides(args))
+    if config.node.mp:
+        from multinode_llm.group.mp_worker import MpWorkerSupervisor
+
+        return asyncio.run(MpWorkerSupervisor(config).run())
     return asyncio.run(WorkerSupervisor(config).run())
 
 

@@ -74,9 +74,9 @@ def _head_families(state: HealthState) -> Iterator[Metric]:
     facts = state.facts if isinstance(state.facts, HeadFacts) else None
     if facts is not None:
         gauges = {
-            "group_nodes": ("Ray nodes alive in the group.", facts.nodes),
+            "group_nodes": ("Nodes alive in the group (Ray's, or mp's ranks).", facts.nodes),
             "group_nodes_expected": ("RAY_NODE_COUNT.", facts.expected_nodes),
-            "group_gpus": ("GPUs registered with Ray.", facts.gpus),
+            "group_gpus": ("GPUs registered with Ray (mp: TP x nodes).", facts.gpus),
             "group_gpus_expected": (
                 "TENSOR_PARALLEL_SIZE x PIPELINE_PARALLEL_SIZE.",
                 facts.expected_gpus,
@@ -105,13 +105,13 @@ def _worker_families(state: HealthState) -> Iterator[Metric]:
     facts = state.facts if isinstance(state.facts, WorkerFacts) else WorkerFacts()
     yield _role_gauge(
         "worker_joined",
-        "1 if this worker's Ray node is joined to the head's group now, else 0.",
+        "1 if this worker's Ray node (mp: its rank's vLLM) is joined to the head's group now.",
         state.role,
-        int(facts.ray_running and facts.joined),
+        int(facts.node_running and facts.joined),
     )
     yield _role_gauge(
         "head_reachable",
-        "1 if the head's Ray GCS answers this worker now, else 0.",
+        "1 if the head's Ray GCS (mp: its rank roster) answers this worker now, else 0.",
         state.role,
         int(facts.head_reachable),
     )

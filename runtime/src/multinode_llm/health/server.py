@@ -10,7 +10,8 @@ a healthy group was restarted. So:
 
 - a request head must arrive within ``header_timeout_s`` of the connection opening (or of the
   previous answer on a kept-alive one), a body within ``body_timeout_s``: slow clients are closed;
-- heads and bodies are bounded (431, 413); only GET and HEAD are answered (405);
+- heads and bodies are bounded (431, 413); only GET and HEAD are answered (405), and POST on the
+  routes a supervisor registers (``post_routes``: the mp head's rank roster, ``/group/*``);
 - at most ``max_connections`` are open, well below the fd limit: a new connection sheds the one
   that has waited longest for its request, so a probe (which sends its request at once) is
   answered even while the flood keeps coming.
@@ -25,6 +26,7 @@ import json
 import logging
 import resource
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -36,6 +38,10 @@ _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _ACCEPT_RETRY_S = 0.5
 
 log = logging.getLogger(__name__)
+
+# A POST route: the request body in, (status, JSON body) out. It runs on the server's event loop,
+# between two awaits, so it sees and changes the supervisor's state atomically.
+PostHandler = Callable[[bytes], tuple[HTTPStatus, Any]]
 
 
 def _default_max_connections() -> int:
@@ -52,7 +58,7 @@ class Limits:
     body_timeout_s: float = 5.0
     write_timeout_s: float = 5.0
     max_head_bytes: int = 8192
-    max_body_bytes: int = 65536  # no route takes a body: a small one is read and ignored
+    max_body_bytes: int = 65536  # only POST routes read a body (small JSON); others ignore it
     max_connections: int = field(default_factory=_default_max_connections)
 
 
@@ -75,6 +81,7 @@ class _Request:
     method: str
     path: str
     keep_alive: bool
+    body: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,10 @@ class StatusServer:
         port: int,
         host: str = "0.0.0.0",  # noqa: S104 - kubelet probes the pod IP
         limits: Limits | None = None,
+        post_routes: Mapping[str, PostHandler] | None = None,
     ) -> None:
         self.state = state
+        self.post_routes = dict(post_routes or {})
         self.port = port
         self.host = host
         self.limits = limits or Limits()
@@ -176,7 +185,15 @@ class StatusServer:
         self._tasks.add(task)  # shed ones too, until they end: stop() waits for every one
         task.add_done_callback(self._tasks.discard)
 
-    def _answer(self, path: str) -> _Answer:
+    def _answer(self, request: _Request) -> _Answer:
+        if request.method == "POST":
+            try:
+                status, body = self.post_routes[request.path](request.body)
+            except Exception:  # a handler's bug must cost one request, not the status port
+                log.exception("POST %s failed", request.path)
+                return _json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
+            return _json(status, body)
+        path = request.path
         name = path.removeprefix("/")
         if name in PROBES:
             check = getattr(self.state.probes, name)
@@ -220,7 +237,7 @@ class StatusServer:
     ) -> None:
         while request := await self._read_request(reader):
             connection.busy = True
-            answer = self._answer(request.path)
+            answer = self._answer(request)
             await self._write(connection.writer, answer, request.keep_alive, request.method)
             if not request.keep_alive:
                 return
@@ -242,14 +259,16 @@ class StatusServer:
                 f"the request head is larger than {self.limits.max_head_bytes} bytes",
             ) from error
         request, headers = _parse_head(head)
-        await self._skip_body(reader, headers)
+        body = await self._read_body(reader, headers)
+        if request.method == "POST" and request.path in self.post_routes:
+            return _Request(request.method, request.path, request.keep_alive, body)
         if request.method not in ("GET", "HEAD"):
             raise HttpError(
                 HTTPStatus.METHOD_NOT_ALLOWED, f"{request.method} is not allowed: use GET or HEAD"
             )
         return request
 
-    async def _skip_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
+    async def _read_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if "transfer-encoding" in headers:
             raise HttpError(HTTPStatus.LENGTH_REQUIRED, "chunked request bodies are not accepted")
         length = headers.get("content-length", "0")
@@ -261,7 +280,7 @@ class StatusServer:
                 f"the body is larger than {self.limits.max_body_bytes} bytes",
             )
         async with asyncio.timeout(self.limits.body_timeout_s):
-            await reader.readexactly(int(length))
+            return await reader.readexactly(int(length))
 
     async def _write(
         self,

@@ -8,6 +8,10 @@ second) from its facts. The rules (DEVELOPERS.md, "Probes"):
 - head liveness: Ray and vLLM run, the engine has not been silent for long, and no node of a formed
   group is lost (Ray workers cannot rejoin a running group, so a lost worker restarts the group);
 - worker startup and readiness: joined the head's Ray cluster; liveness: raylet up, head reachable.
+
+With the mp executor (``executor="mp"``) there is no Ray: the head's nodes are its rank roster's
+fresh members, and a worker is joined once the head granted it a rank; its readiness also needs
+its heartbeat fresh and its vLLM (headless) running.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Probes:
 
 @dataclass(frozen=True)
 class HeadFacts:
+    executor: str = "ray"  # "mp": no Ray; the nodes are the rank roster's
     ray_running: bool = False
     engine_started: bool = False  # False while the head waits for the group before starting vLLM
     engine_running: bool = False
@@ -74,6 +79,15 @@ class WorkerFacts:
     joined: bool = False
     head_reachable: bool = False
     head: str = ""
+    executor: str = "ray"  # "mp": the fields below replace ray_*
+    rank: int | None = None  # mp: the node rank the head granted
+    engine_started: bool = False  # mp: vLLM (headless) started after the join
+    engine_running: bool = False
+
+    @property
+    def node_running(self) -> bool:
+        """This pod's part of the group runs: its Ray node, or (mp) its headless vLLM."""
+        return self.engine_running if self.executor == "mp" else self.ray_running
 
 
 def head_probes(facts: HeadFacts) -> Probes:
@@ -85,6 +99,8 @@ def head_probes(facts: HeadFacts) -> Probes:
 
 
 def worker_probes(facts: WorkerFacts) -> Probes:
+    if facts.executor == "mp":
+        return _mp_worker_probes(facts)
     if not facts.ray_started:
         waiting = Check(False, f"waiting for the head's Ray GCS at {facts.head}")
         return Probes(startup=waiting, ready=waiting, live=Check(True, "waiting for the head"))
@@ -98,6 +114,23 @@ def worker_probes(facts: WorkerFacts) -> Probes:
         lost = Check(False, f"the head's Ray GCS at {facts.head} does not answer")
         return Probes(startup=lost, ready=lost, live=lost)
     joined = Check(True, f"joined the head's Ray cluster at {facts.head}")
+    return Probes(startup=joined, ready=joined, live=joined)
+
+
+def _mp_worker_probes(facts: WorkerFacts) -> Probes:
+    if facts.rank is None:
+        waiting = Check(False, f"waiting for a rank from the head at {facts.head}")
+        return Probes(startup=waiting, ready=waiting, live=Check(True, "waiting for the head"))
+    if facts.engine_started and not facts.engine_running:
+        down = Check(False, "vLLM (headless) is not running")
+        return Probes(startup=down, ready=down, live=down)
+    if not facts.head_reachable:
+        lost = Check(False, f"the head at {facts.head} does not renew rank {facts.rank}'s lease")
+        return Probes(startup=lost, ready=lost, live=lost)
+    if not facts.engine_started:
+        starting = Check(False, f"rank {facts.rank}: starting vLLM (headless)")
+        return Probes(startup=starting, ready=starting, live=Check(True, "starting vLLM"))
+    joined = Check(True, f"rank {facts.rank} of the head at {facts.head}; vLLM (headless) runs")
     return Probes(startup=joined, ready=joined, live=joined)
 
 
@@ -121,7 +154,7 @@ def _group_check(facts: HeadFacts) -> Check:
 
 
 def _head_live(facts: HeadFacts, group: Check) -> Check:
-    if not facts.ray_running:
+    if facts.executor == "ray" and not facts.ray_running:
         return Check(False, "the Ray head is not running")
     if facts.engine_started and not facts.engine_running:
         return Check(False, "vLLM is not running")
@@ -129,7 +162,10 @@ def _head_live(facts: HeadFacts, group: Check) -> Check:
         return Check(False, f"vLLM's /health has not answered for {facts.engine_silent_s:.0f} s")
     if facts.group_formed and not group.ok:
         return Check(False, group.reason)
-    running = "Ray and vLLM run" if facts.engine_started else "Ray runs"
+    if facts.executor == "mp":
+        running = "vLLM runs" if facts.engine_started else "starting vLLM"
+    else:
+        running = "Ray and vLLM run" if facts.engine_started else "Ray runs"
     return Check(True, running + ("; the group is complete" if facts.group_formed else ""))
 
 
@@ -209,7 +245,8 @@ class HealthState:
 def _head_kill_cause(facts: HeadFacts, probes: Probes) -> str | None:
     """The cause of the head's failing liveness or startup probe, in ``_head_live``'s order."""
     if not probes.live.ok:
-        if not facts.ray_running or (facts.engine_started and not facts.engine_running):
+        ray_gone = facts.executor == "ray" and not facts.ray_running
+        if ray_gone or (facts.engine_started and not facts.engine_running):
             return restarts.ENGINE_EXITED
         if facts.engine_answered_once and facts.engine_silent_s > ENGINE_SILENCE_LIMIT_S:
             return restarts.ENGINE_HUNG
@@ -221,7 +258,8 @@ def _head_kill_cause(facts: HeadFacts, probes: Probes) -> str | None:
 
 def _worker_kill_cause(facts: WorkerFacts, probes: Probes) -> str | None:
     if not probes.live.ok:
-        return restarts.ENGINE_EXITED if not facts.ray_running else restarts.HEAD_LOST
+        node_gone = not facts.node_running and (facts.executor != "mp" or facts.engine_started)
+        return restarts.ENGINE_EXITED if node_gone else restarts.HEAD_LOST
     if not probes.startup.ok:
         return restarts.GROUP_TIMEOUT
     return None

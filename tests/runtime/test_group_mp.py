@@ -1,0 +1,167 @@
+"""mp groups (vLLM's own multi-node executor, no Ray) with real vLLM on CPU, pods in namespaces.
+
+The head hands out node ranks over its status port; the worker runs its rank headless. These start
+vLLM (the `vllm` mark: the machine-wide vLLM lock), and no GPU mock: vLLM's CPU platform runs mp.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from multinode_llm_testing.waits import wait_until
+from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+READY_TIMEOUT_S = 480  # ~75 s on an idle 2-core machine; shared machines are slower
+
+
+def _group_env(model: Path, **overrides: str) -> dict[str, str]:
+    return {
+        "MULTINODE_LLM_EXECUTOR": "mp",
+        "MULTINODE_LLM_GPU_MOCK": "0",  # vLLM's CPU platform runs mp as it is
+        "RAY_NODE_COUNT": "2",
+        "REQUEST_GPU_COUNT": "1",
+        "TENSOR_PARALLEL_SIZE": "1",
+        "PIPELINE_PARALLEL_SIZE": "2",
+        "MODEL_DIR": str(model),
+        "MODEL_NAME": "tiny",
+        "GROUP_WAIT_TIMEOUT": "300",
+        **overrides,
+    }
+
+
+def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_killed(
+    cluster: Cluster, tiny_model: Path, timing: list
+) -> None:
+    openai = pytest.importorskip("openai")
+    start = time.monotonic()
+    head = cluster.start("head", "head", _group_env(tiny_model), "--max-model-len", "256")
+    worker = cluster.start("worker", "worker", {**_group_env(tiny_model), "HEAD_SVC": HEAD_SVC})
+
+    def ready() -> bool:
+        assert head.alive(), f"the head exited:\n{head.log()[-3000:]}"
+        assert worker.alive(), f"the worker exited:\n{worker.log()[-3000:]}"
+        return head.get("/ready")[0] == 200
+
+    wait_until(ready, READY_TIMEOUT_S, "the mp head to be ready", interval=0.25)
+    timing.append(("mp head+worker (PP=2, TP=1): start -> head ready", time.monotonic() - start))
+    status = head.get("/status")[1]
+    assert status["facts"]["executor"] == "mp"
+    assert (status["facts"]["nodes"], status["facts"]["gpus"]) == (2, 2)
+    assert head.get("/startup")[0] == head.get("/live")[0] == 200
+    assert worker.get("/ready") == (
+        200,
+        {
+            "ok": True,
+            "reason": f"rank 1 of the head at {HEAD_SVC}.default.svc.cluster.local:8081; "
+            "vLLM (headless) runs",
+            "phase": "serving",
+        },
+    )
+    _assert_the_ranks_command_lines(head, worker)
+
+    client = openai.OpenAI(
+        base_url=f"http://{head.ip}:{HTTP_PORT}/v1", api_key="unused", timeout=120
+    )
+    assert [model.id for model in client.models.list()] == ["tiny"]
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0
+    )
+    assert chat.choices[0].finish_reason == "length"
+    assert chat.usage is not None
+    assert chat.usage.completion_tokens == 8
+    assert head.get("/v2/health/ready", port=HTTP_PORT) == (200, {"ready": True})
+    metrics = head.get("/metrics")[1]
+    assert 'multinode_llm_group_nodes{role="head"} 2.0' in metrics
+    assert 'multinode_llm_group_gpus_expected{role="head"} 2.0' in metrics
+    assert 'multinode_llm_worker_joined{role="worker"} 1.0' in worker.get("/metrics")[1]
+    _assert_no_ray(head, worker)
+
+    killed = time.monotonic()
+    worker.kill()
+    assert head.wait_exit(timeout=120) == 1
+    timing.append(("mp: worker killed -> head exits non-zero", time.monotonic() - killed))
+    last = head.log().splitlines()[-1]
+    assert "exit 1: lost worker rank 1 (pod worker, " in last, last
+    assert _pids(head) == []  # vLLM went with the supervisor
+
+
+def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
+    cluster: Cluster, tiny_model: Path, timing: list
+) -> None:
+    head = cluster.start("head", "head", _group_env(tiny_model), "--max-model-len", "256")
+    worker = cluster.start("worker", "worker", {**_group_env(tiny_model), "HEAD_SVC": HEAD_SVC})
+    joined = wait_until(lambda: _rank(worker), 120, "the worker to get a rank", interval=0.1)
+    assert joined == 1
+    first_epoch = _epoch(worker)
+
+    restarted = time.monotonic()
+    cluster.restart(head)  # same pod, same address: a container restart, a new epoch
+    assert worker.wait_exit(timeout=60) == 1
+    timing.append(("mp: head restarted -> worker exits non-zero", time.monotonic() - restarted))
+    last = worker.log().splitlines()[-1]
+    assert re.search(r"exit 1: (the head at \S+ ended rank 1|the head's status port)", last), last
+    assert _pids(worker) == []  # its vLLM went with it
+
+    cluster.restart(worker)  # kubelet restarts the worker container: it joins the new epoch
+    wait_until(lambda: _epoch(worker) not in (None, first_epoch), 120, "a rank in the new epoch")
+    assert _rank(worker) == 1
+
+
+def _rank(worker: Pod) -> int | None:
+    status, body = worker.get("/status")
+    return body["facts"].get("rank") if status == 200 and body["facts"] else None
+
+
+def _epoch(worker: Pod) -> str | None:
+    """The epoch of the worker's grant, from its log (the last 'joined as rank' line)."""
+    found = re.findall(r"joined as rank \d+ of \d+ \(epoch (\w+),", worker.log())
+    return found[-1] if found else None
+
+
+def _assert_the_ranks_command_lines(head: Pod, worker: Pod) -> None:
+    """Rank 0 is the OpenAI server, rank 1 vLLM's headless entry, both with mp's flags."""
+    launch = next(line for line in head.log().splitlines() if "starting vLLM:" in line)
+    assert "-m vllm.entrypoints.openai.api_server " in launch
+    assert " --distributed-executor-backend mp " in launch
+    assert f" --nnodes 2 --node-rank 0 --master-addr {head.ip} --master-port 29500 " in launch
+    assert launch.endswith("--served-model-name tiny --max-model-len 256")
+    started = next(line for line in worker.log().splitlines() if "rank 1): " in line)
+    assert "-m multinode_llm.serving.headless " in started
+    assert f" --nnodes 2 --node-rank 1 --master-addr {head.ip} --master-port 29500 " in started
+    assert started.endswith("--served-model-name tiny --max-model-len 256")  # the head's flags
+
+
+def _assert_no_ray(*pods: Pod) -> None:
+    """No Ray process runs in any pod, and no supervisor imported Ray.
+
+    vLLM's own processes load Ray's library where it is installed (the `cpu` extra has it for the
+    Ray path): that starts nothing, and is vLLM's import, not ours.
+    """
+    for pod in pods:
+        for pid in _pids(pod):
+            command = _read(f"/proc/{pid}/cmdline").replace("\0", " ")
+            assert not re.search(r"\b(raylet|gcs_server|ray start|ray::)", command), command
+        supervisor = _read(f"/proc/{pod.process.pid}/maps")
+        assert supervisor, f"the {pod.name}'s supervisor is not running"
+        assert "_raylet" not in supervisor, f"the {pod.name}'s supervisor imported Ray"
+
+
+def _pids(pod: Pod) -> list[str]:
+    listing = subprocess.run(
+        ["ip", "netns", "pids", pod.host.namespace], capture_output=True, text=True, check=False
+    )
+    return listing.stdout.split()
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
