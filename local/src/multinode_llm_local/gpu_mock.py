@@ -2,8 +2,9 @@
 
 vLLM's CPU platform refuses the Ray executor (it has no Ray device key), yet multi-node serving
 needs Ray. This vLLM platform plugin (entry point group ``vllm.platform_plugins``, see
-runtime/pyproject.toml) is the CPU platform with ``ray_device_key = "GPU"``: with each Ray node
-started with ``--num-gpus N``, vLLM places its workers on those fake GPUs and computes on the CPU.
+local/pyproject.toml) is the CPU platform with ``ray_device_key = "GPU"``: with each Ray node
+started with ``--num-gpus N``, vLLM places its workers on those fake GPUs and computes on the CPU
+(docs/cpu-groups.md, "The fake GPU").
 
 It activates only when ``MULTINODE_LLM_GPU_MOCK=1`` is in the environment (of every node's
 `ray start` and of vLLM); otherwise ``register()`` returns None and vLLM never sees it. Only the
