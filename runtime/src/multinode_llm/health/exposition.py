@@ -60,7 +60,7 @@ def families(state: HealthState) -> Iterator[Metric]:
     elif role == "worker":
         yield from _worker_families(state)
     restarts = CounterMetricFamily(
-        "multinode_llm_restarts",
+        _full("restarts"),
         "Starts of this pod's supervisor after a previous run in the same pod ended, by the "
         "cause that run recorded as it left (unknown: it was killed without a word).",
         labels=["role", "cause"],
@@ -119,7 +119,7 @@ def _worker_families(state: HealthState) -> Iterator[Metric]:
 
 def _role_gauge(name: str, help_text: str, role: str, value: float) -> GaugeMetricFamily:
     """A gauge with one sample, labelled with the supervisor's role only."""
-    family = GaugeMetricFamily(f"multinode_llm_{name}", help_text, labels=["role"])
+    family = GaugeMetricFamily(_full(name), help_text, labels=["role"])
     family.add_metric([role], value)
     return family
 
@@ -128,7 +128,12 @@ def _gauge(
     name: str, help_text: str, label: str, samples: Iterable[tuple[Sequence[str], float]]
 ) -> GaugeMetricFamily:
     """A gauge labelled ``role`` and ``label``: samples are ``((role, label value), value)``."""
-    family = GaugeMetricFamily(f"multinode_llm_{name}", help_text, labels=["role", label])
+    family = GaugeMetricFamily(_full(name), help_text, labels=["role", label])
     for labels, value in samples:
         family.add_metric(labels, value)
     return family
+
+
+def _full(name: str) -> str:
+    """A family's full name (a counter's without ``_total``: prometheus_client adds it)."""
+    return f"multinode_llm_{name}"
