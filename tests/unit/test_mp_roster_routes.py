@@ -15,9 +15,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from multinode_llm.config import head_config
+from multinode_llm.config import head_config, worker_config
 from multinode_llm.group.mp_head import MpHeadSupervisor, RosterWatch
-from multinode_llm.group.supervisor import GroupError
+from multinode_llm.group.mp_worker import MpWorkerSupervisor
+from multinode_llm.group.supervisor import Deadline, GroupError
 from multinode_llm_testing.ports import free_port
 
 ENV = {
@@ -178,3 +179,74 @@ async def _closed_port() -> int:
     server.close()
     await server.wait_closed()
     return port
+
+
+WORKER_ENV = {**ENV, "POD_IP": "127.0.0.3", "POD_NAME": "worker-0", "HEAD_SVC": "unused"}
+
+
+def test_a_worker_joins_and_starts_over_when_the_head_restarts() -> None:
+    """The worker side of the protocol against the real routes: the head on 127.0.0.2, the worker
+    on 127.0.0.3, one status port number for both (as in pods); no vLLM starts."""
+
+    async def main() -> None:
+        port = free_port("127.0.0.2")
+        config = head_config({**ENV, "POD_IP": "127.0.0.2"}, {"status_port": port})
+        first = MpHeadSupervisor(config)
+        first.server.host = "127.0.0.2"
+        first.engine = object()  # type: ignore[assignment]
+        worker = MpWorkerSupervisor(
+            worker_config(WORKER_ENV, {"status_port": port, "head_address": "127.0.0.2"})
+        )
+        worker.server.host = "127.0.0.3"
+        await worker.server.start()
+        await first.server.start()
+        try:
+            grant = await worker._join(Deadline(10))
+            assert (grant.rank, grant.nnodes, grant.epoch) == (1, 3, first.roster.epoch)
+            assert grant.master_addr == "127.0.0.2"
+            assert worker.state.probes.ready.reason == "rank 1: starting vLLM (headless)"
+            assert await worker._heartbeat(grant)
+            await first.server.stop()
+            with pytest.raises(GroupError, match="refuses connections") as refused:
+                await worker._heartbeat(grant)
+            assert refused.value.cause == "head_lost"
+            second = MpHeadSupervisor(config)  # the head's container restarted: a new epoch
+            second.server.host = "127.0.0.2"
+            await second.server.start()
+            try:
+                with pytest.raises(GroupError, match=r"ended rank 1: rank 1 of epoch \w+ is not"):
+                    await worker._heartbeat(grant)
+            finally:
+                await second.server.stop()
+        finally:
+            await worker.cleanup()  # closes its HTTP client; it holds no rank to leave
+            await worker.server.stop()
+            await first.server.stop()
+
+    asyncio.run(main())
+
+
+def test_a_worker_gives_up_at_the_deadline_saying_what_the_head_answered() -> None:
+    async def main() -> None:
+        port = free_port("127.0.0.2")
+        head = MpHeadSupervisor(head_config({**ENV, "POD_IP": "127.0.0.2"}, {"status_port": port}))
+        head.server.host = "127.0.0.2"  # its vLLM never starts: no ranks are handed out
+        worker = MpWorkerSupervisor(
+            worker_config(WORKER_ENV, {"status_port": port, "head_address": "127.0.0.2"})
+        )
+        worker.server.host = "127.0.0.3"
+        await head.server.start()
+        try:
+            with pytest.raises(GroupError) as late:
+                await worker._join(Deadline(1.5))
+        finally:
+            await worker.cleanup()
+            await head.server.stop()
+        assert str(late.value) == (
+            f"the head at 127.0.0.2:{port} granted no rank within 2 s (--wait-timeout, "
+            "GROUP_WAIT_TIMEOUT): it answered 503: the head is not handing out ranks yet; check "
+            "that the head pod runs with MULTINODE_LLM_EXECUTOR=mp and that HEAD_SVC names it"
+        )
+        assert late.value.cause == "group_timeout"
+
+    asyncio.run(main())

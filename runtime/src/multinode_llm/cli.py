@@ -24,9 +24,14 @@ from multinode_llm.errors import UserError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "head": (
         "multinode_llm.group.head",
-        "run the Ray head and vLLM's OpenAI server (KServe head pod)",
+        "run vLLM's OpenAI server and the group's head: Ray's, or vLLM's own with --executor mp "
+        "(KServe head pod)",
     ),
-    "worker": ("multinode_llm.group.worker", "join the head's Ray cluster (KServe worker pod)"),
+    "worker": (
+        "multinode_llm.group.worker",
+        "join the head's group: its Ray cluster, or a node rank with --executor mp "
+        "(KServe worker pod)",
+    ),
     "probe": ("multinode_llm.health.probe", "ask a supervisor's status port (exec probe)"),
     "await-group": (
         "multinode_llm.health.await_group",
