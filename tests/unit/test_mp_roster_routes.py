@@ -156,8 +156,8 @@ def test_the_watch_counts_fresh_members_and_loses_one_whose_port_refuses() -> No
             await watch.refresh(None)
         assert time.monotonic() - started < 2.0  # at once, not after the lease
         assert (
-            f"lost worker rank 2 (pod w-b, 127.0.0.1): its status port 127.0.0.1:{closed}"
-            in str(lost.value)
+            f"lost worker rank 2 (pod w-b, 127.0.0.1): its status port 127.0.0.1:{closed} "
+            "refuses connections" in str(lost.value)
         )
 
     _run(scenario)
