@@ -144,6 +144,12 @@ def kserve_releases() -> dict[str, Any]:
     return table
 
 
+def accelerators() -> dict[str, Any]:
+    """The chart's accelerator table (accelerators.yaml): the vendors it knows."""
+    table: dict[str, Any] = yaml.safe_load((CHART / "accelerators.yaml").read_text())
+    return table
+
+
 def kserve_release(version: str) -> dict[str, Any]:
     """The entry ``kserve.version`` means: exact, MAJOR.MINOR (newest patch), empty (default)."""
     table = kserve_releases()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from chartlib import (
+    accelerators,
     deep_merge,
     helm,
     install_dry_run,
@@ -21,7 +22,8 @@ SCENARIOS = scenarios()
 MODEL_SCENARIOS = {
     n: p for n, p in SCENARIOS.items() if load_values_file(p).get("model", {}).get("uri")
 }
-STANDARD_GPUS = {"nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi"}
+# Every vendor's GPU resource the chart knows (accelerators.yaml).
+KNOWN_GPUS = {entry["resourceName"] for entry in accelerators()["accelerators"].values()}
 
 
 def chart_values(path: Path) -> dict[str, Any]:
@@ -64,7 +66,7 @@ def test_head_and_every_worker_request_and_limit_exactly_tensor_gpus(
         # strings, as KServe's defaulting webhook writes quantities back: no Argo CD diff
         assert resources["requests"][want["gpu"]] == str(want["tensor"])
         assert resources["limits"][want["gpu"]] == str(want["tensor"])
-        gpu_keys = {k for part in resources.values() for k in part if k in STANDARD_GPUS}
+        gpu_keys = {k for part in resources.values() for k in part if k in KNOWN_GPUS}
         assert gpu_keys <= {want["gpu"]}, "two GPU types on one container"
     assert predictor["workerSpec"]["pipelineParallelSize"] == want["pipeline"]
     assert predictor["workerSpec"]["tensorParallelSize"] == want["tensor"]

@@ -257,10 +257,33 @@ the cache, never by the kubelet, keeps it in bounds. In Mi. Context: root. */}}
 {{- printf "%dMi" (divf (addf $bytes $headroom) 1048576 | ceil | int64) }}
 {{- end }} {{- /* define "multinode-llm.cacheStoreSizeLimit" */}}
 
-{{- /* The GPU types KServe knows without the gpu-resource-types annotation. */}}
-{{- define "multinode-llm.standardGpuTypes" -}}
+{{- /* The GPU types KServe knows without the gpu-resource-types annotation: KServe's fact, not the
+chart's accelerator table (DefaultGPUResourceTypeList, pkg/constants/constants.go, the same at every
+tag from v0.15.0 to v0.20.0; GetGPUResourceQtyByType, pkg/utils/utils.go, counts only these). */}}
+{{- define "multinode-llm.kserveGpuTypes" -}}
 nvidia.com/gpu amd.com/gpu intel.com/gpu habana.ai/gaudi
 {{- end }}
+
+{{- /* The accelerators.yaml entry of gpu.resourceName, as JSON with its key as `name`: the entry of
+that resource name, else the first (by key) of the same domain, else the table's default. Context: root. */}}
+{{- define "multinode-llm.accelerator" -}}
+{{- $table := .Files.Get "accelerators.yaml" | fromYaml }}
+{{- $resource := .Values.gpu.resourceName }}
+{{- $domain := splitList "/" $resource | first }}
+{{- $exact := "" }}
+{{- $sameDomain := "" }}
+{{- range $key, $entry := $table.accelerators }}
+{{- if eq $entry.resourceName $resource }}
+{{- $exact = $key }}
+{{- else if and (not $sameDomain) (eq (splitList "/" $entry.resourceName | first) $domain) }}
+{{- $sameDomain = $key }}
+{{- end }}
+{{- end }}
+{{- $key := $exact | default $sameDomain | default $table.default }}
+{{- $chosen := deepCopy (index $table.accelerators $key) }}
+{{- $_ := set $chosen "name" $key }}
+{{- toJson $chosen }}
+{{- end }} {{- /* define "multinode-llm.accelerator" */}}
 
 {{- /* The gpu-resource-types annotation (JSON array), empty without custom types or RDMA devices.
 KServe's webhooks admit no other extended resource on a multi-node container (HasUnknownGpuResourceType,
@@ -327,26 +350,38 @@ into their pods), so both containers are told the mode here (docs/executors.md) 
   value: {{ .Values.group.waitTimeoutSeconds | int | quote }}
 - name: CLUSTER_DOMAIN
   value: {{ .Values.clusterDomain | quote }}
+{{- /* the accelerator's entry (accelerators.yaml): how the runtime starts Ray and which variables
+name the collective library's interface; "multinode-llm.validate" refuses a value whose variable the
+entry lacks */}}
+{{- $accelerator := include "multinode-llm.accelerator" . | fromJson }}
+{{- $collective := $accelerator.collective }}
+- name: MULTINODE_LLM_RAY_RESOURCE
+  value: {{ $accelerator.rayResource | quote }}
+- name: MULTINODE_LLM_SOCKET_IFNAME_ENV
+  value: {{ join "," $collective.socketIfname | quote }}
 {{- with .Values.communication.socketIfname }}
-- name: NCCL_SOCKET_IFNAME
-  value: {{ . | quote }}
+{{- $ifname := . }}
+{{- range $collective.socketIfname }}
+- name: {{ . }}
+  value: {{ $ifname | quote }}
+{{- end }}
 - name: GLOO_SOCKET_IFNAME
   value: {{ . | quote }}
 {{- end }}
 {{- with .Values.communication.ncclDebug }}
-- name: NCCL_DEBUG
+- name: {{ $collective.debug }}
   value: {{ . | quote }}
 {{- end }}
 {{- if .Values.communication.ncclIbDisable }}
-- name: NCCL_IB_DISABLE
+- name: {{ $collective.ibDisable }}
   value: "1"
 {{- end }}
 {{- if .Values.rdma.enabled }}
 # RDMA devices are requested: NCCL's IB transport on, never a silent fall-back to TCP sockets.
-- name: NCCL_IB_DISABLE
+- name: {{ $collective.ibDisable }}
   value: "0"
 {{- with .Values.rdma.hca }}
-- name: NCCL_IB_HCA
+- name: {{ $collective.ibHca }}
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
@@ -566,14 +601,32 @@ template:
   "MASTER_PORT" "set group.masterPort instead (group.executor=mp)"
   "GROUP_WAIT_TIMEOUT" "set group.waitTimeoutSeconds instead"
   "CLUSTER_DOMAIN" "set clusterDomain instead"
-  "NCCL_SOCKET_IFNAME" "set communication.socketIfname instead"
   "GLOO_SOCKET_IFNAME" "set communication.socketIfname instead"
-  "NCCL_DEBUG" "set communication.ncclDebug instead"
-  "NCCL_IB_DISABLE" "set communication.ncclIbDisable (TCP sockets) or rdma.enabled (RDMA) instead"
-  "NCCL_IB_HCA" "set rdma.hca instead"
+  "MULTINODE_LLM_RAY_RESOURCE" "the chart sets it from gpu.resourceName (accelerators.yaml)"
+  "MULTINODE_LLM_SOCKET_IFNAME_ENV" "the chart sets it from gpu.resourceName (accelerators.yaml)"
   "HOME" "the chart points it at the writable /tmp"
   "PYTHONPATH" "KServe refuses it for security reasons"
   | toJson }}
+{{- end }}
+
+{{- /* reservedEnv plus the collective library's variables the chart sets for the accelerator of
+gpu.resourceName (accelerators.yaml), as JSON. Context: root. */}}
+{{- define "multinode-llm.reservedGroupEnv" -}}
+{{- $reserved := include "multinode-llm.reservedEnv" . | fromJson }}
+{{- $collective := (include "multinode-llm.accelerator" . | fromJson).collective }}
+{{- range $collective.socketIfname }}
+{{- $_ := set $reserved . "set communication.socketIfname instead" }}
+{{- end }}
+{{- with $collective.debug }}
+{{- $_ := set $reserved . "set communication.ncclDebug instead" }}
+{{- end }}
+{{- with $collective.ibDisable }}
+{{- $_ := set $reserved . "set communication.ncclIbDisable (TCP sockets) or rdma.enabled (RDMA) instead" }}
+{{- end }}
+{{- with $collective.ibHca }}
+{{- $_ := set $reserved . "set rdma.hca instead" }}
+{{- end }}
+{{- toJson $reserved }}
 {{- end }}
 
 {{- /* vLLM flags the chart or the runtime own, each with what to set instead. */}}
@@ -729,7 +782,7 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- end }}
 
 {{- /* GPUs: a type KServe accepts, counted the way KServe counts */}}
-{{- $standard := splitList " " (include "multinode-llm.standardGpuTypes" .) }}
+{{- $standard := splitList " " (include "multinode-llm.kserveGpuTypes" .) }}
 {{- $gpu := $v.gpu.resourceName }}
 {{- $custom := $v.gpu.customResourceTypes | default list }}
 {{- if and (not (has $gpu $standard)) (not (has $gpu $custom)) }}
@@ -738,6 +791,15 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $errors = append $errors (printf "gpu.resourceName=%s on KServe %s: its webhook wants serving.kserve.io/gpu-resource-types as a JSON array but its deployment reconciler splits it on commas, so every pod would also get %s; use a standard GPU type on this release, or KServe 0.15.1 or later" $gpu $release.version (first $standard)) }}
 {{- else if and (not (has $gpu $standard)) (gt (int $v.parallelism.tensor) 1) }}
 {{- $errors = append $errors (printf "gpu.resourceName=%s with parallelism.tensor=%d: KServe counts only %s when it sizes the group, so it would start tensor x pipeline = %d nodes of one GPU each; use parallelism.tensor=1 with a custom GPU type, or a standard type" $gpu (int $v.parallelism.tensor) (join ", " $standard) (mul $v.parallelism.tensor $v.parallelism.pipeline)) }}
+{{- end }}
+{{- /* values whose variable the accelerator's collective library has none of (accelerators.yaml) */}}
+{{- $accelerator := include "multinode-llm.accelerator" . | fromJson }}
+{{- $collective := $accelerator.collective }}
+{{- $needs := list (list "communication.ncclDebug" (ne $v.communication.ncclDebug "") "debug") (list "communication.ncclIbDisable" $v.communication.ncclIbDisable "ibDisable") (list "rdma.enabled" $v.rdma.enabled "ibDisable") (list "rdma.hca" (and $v.rdma.enabled (ne ($v.rdma.hca | default "") "")) "ibHca") }}
+{{- range $needs }}
+{{- if and (index . 1) (not (index $collective (index . 2))) }}
+{{- $errors = append $errors (printf "%s with gpu.resourceName=%s: %s (accelerator %s in the chart's accelerators.yaml) has no %s variable the chart knows; unset %s, or set the library's own variable in head.env and worker.env" (index . 0) $gpu $collective.library $accelerator.name (index . 2) (index . 0)) }}
+{{- end }}
 {{- end }}
 {{- range $role := list "head" "worker" }}
 {{- $res := index $v $role "resources" | default dict }}
@@ -761,7 +823,7 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- $errors = concat $errors (include "multinode-llm.validateExecutor" . | fromJsonArray) }}
 
 {{- /* environment and vLLM arguments the chart or KServe own */}}
-{{- $reservedEnv := include "multinode-llm.reservedEnv" . | fromJson }}
+{{- $reservedEnv := include "multinode-llm.reservedGroupEnv" . | fromJson }}
 {{- range $role := list "head" "worker" }}
 {{- range $i, $e := index $v $role "env" | default list }}
 {{- if hasKey $reservedEnv $e.name }}
@@ -812,7 +874,7 @@ naming the value and the fix; "multinode-llm.validate" reports them with the oth
 {{- $v := .Values }}
 {{- $errors := list }}
 {{- $fullname := include "multinode-llm.fullname" . }}
-{{- $standard := splitList " " (include "multinode-llm.standardGpuTypes" .) }}
+{{- $standard := splitList " " (include "multinode-llm.kserveGpuTypes" .) }}
 
 {{- /* RDMA: devices requested as what they are, and NCCL told to use them */}}
 {{- $rdma := $v.rdma }}
