@@ -1,8 +1,10 @@
 """The pod's network as vLLM's collectives need it: its address and the interface that carries it.
 
 Multi-node vLLM must be told which address and interface to use: without ``VLLM_HOST_IP`` and
-``GLOO_SOCKET_IFNAME`` gloo binds 127.0.0.1 and start-up hangs, and NCCL may pick a wrong interface.
-Both are derived from ``POD_IP``; values already in the environment win (the chart may set them).
+``GLOO_SOCKET_IFNAME`` gloo binds 127.0.0.1 and start-up hangs, and the accelerator's collective
+library (NCCL, RCCL, HCCL: the variables the chart names in ``MULTINODE_LLM_SOCKET_IFNAME_ENV``) may
+pick a wrong interface. All are derived from ``POD_IP``; values already in the environment win (the
+chart may set them).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import ipaddress
 import socket
 import struct
 from collections.abc import Mapping
+
+from multinode_llm.accelerator import Accelerator
 
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
@@ -38,5 +42,6 @@ def collective_env(pod_ip: str, env: Mapping[str, str]) -> dict[str, str]:
     interface = interface_for(pod_ip)
     if interface is not None:
         derived["GLOO_SOCKET_IFNAME"] = interface
-        derived["NCCL_SOCKET_IFNAME"] = interface
+        for name in Accelerator.from_env(env).socket_ifname_env:
+            derived[name] = interface
     return {name: env.get(name) or value for name, value in derived.items()}

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from multinode_llm.accelerator import Accelerator
 from multinode_llm.config import Node
 from multinode_llm.group.process import Child
 
@@ -23,8 +24,11 @@ def ray_executable() -> str:
     return str(beside) if beside.exists() else "ray"
 
 
-def start_command(node: Node, head_address: str | None) -> list[str]:
-    """`ray start`: a head when ``head_address`` is None, else a worker joining that head."""
+def start_command(
+    node: Node, head_address: str | None, accelerator: Accelerator | None = None
+) -> list[str]:
+    """`ray start`: a head when ``head_address`` is None, else a worker joining that head; the
+    pod's GPUs as ``accelerator``'s Ray resource (default: Ray's own GPU)."""
     ports = node.ray_ports
     argv = [
         ray_executable(),
@@ -32,8 +36,7 @@ def start_command(node: Node, head_address: str | None) -> list[str]:
         "--block",
         "--node-ip-address",
         node.pod_ip,
-        "--num-gpus",
-        str(node.gpus),
+        *(accelerator or Accelerator()).ray_start_arguments(node.gpus),
         "--temp-dir",
         str(node.ray_temp_dir),
         "--disable-usage-stats",
@@ -61,4 +64,5 @@ def start_command(node: Node, head_address: str | None) -> list[str]:
 
 async def start(node: Node, head_address: str | None, env: Mapping[str, str]) -> Child:
     node.ray_temp_dir.mkdir(parents=True, exist_ok=True)
-    return await Child.start("ray", start_command(node, head_address), env)
+    command = start_command(node, head_address, Accelerator.from_env(env))
+    return await Child.start("ray", command, env)
