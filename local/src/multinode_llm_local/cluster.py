@@ -466,13 +466,21 @@ def _schedule(reconciled: list[kserve.Reconciled], node_gpus: int) -> list[_Sche
                 pending = ""
                 if left is not None:
                     if gpus > left:
-                        resource = kserve.admission.STANDARD_GPU_TYPES[0]
+                        resource = _gpu_resource(workload.pod_spec)
                         pending = f"0/1 nodes are available: 1 Insufficient {resource}."
                     else:
                         left -= gpus
                 name = f"{workload.name}-{template_hash}-{suffix}"
                 result.append(_Scheduled(group, workload, name, host, gpus, pending))
     return result
+
+
+def _gpu_resource(pod_spec: Obj) -> str:
+    """The GPU resource the scheduler names for a pod that does not fit: the first of KServe's
+    default GPU types its first container asks for, else KServe's default (nvidia.com/gpu)."""
+    limits = (pod_spec["containers"][0].get("resources") or {}).get("limits") or {}
+    known = kserve.admission.KSERVE_DEFAULT_GPU_TYPES
+    return next((name for name in limits if name in known), known[0])
 
 
 def _service_names(

@@ -32,7 +32,10 @@ from multinode_llm_local.kserve.releases import Release
 MODE = "serving.kserve.io/deploymentMode"
 AUTOSCALER = "serving.kserve.io/autoscalerClass"
 GPU_TYPES = "serving.kserve.io/gpu-resource-types"
-STANDARD_GPU_TYPES = ("nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi")
+# KServe's DefaultGPUResourceTypeList (pkg/constants/constants.go, the same at every tag from
+# v0.15.0 to v0.20.0): what GetGPUResourceQtyByType (pkg/utils/utils.go) counts and the webhooks
+# admit undeclared. KServe's fact, not the chart's accelerator table (accelerators.yaml).
+KSERVE_DEFAULT_GPU_TYPES = ("nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi")
 BASIC_RESOURCES = ("cpu", "memory", "storage", "ephemeral-storage")
 LEGACY_MODES = {"RawDeployment": "Standard", "Serverless": "Knative"}
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -296,7 +299,7 @@ def _check_hpa(predictor: Obj) -> None:
 def gpu_resource_types(annotations: Obj) -> list[str]:
     """``UpdateGPUResourceTypeListByAnnotation``: the standard types plus those declared."""
     raw = annotations.get(GPU_TYPES)
-    types = list(STANDARD_GPU_TYPES)
+    types = list(KSERVE_DEFAULT_GPU_TYPES)
     if raw:
         declared = _json_array(raw)
         if declared is None:

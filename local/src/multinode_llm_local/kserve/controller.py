@@ -39,9 +39,9 @@ from multinode_llm_local.kserve import gotemplate
 from multinode_llm_local.kserve.admission import (
     AUTOSCALER,
     GPU_TYPES,
+    KSERVE_DEFAULT_GPU_TYPES,
     LEGACY_MODES,
     MODE,
-    STANDARD_GPU_TYPES,
     gpu_resource_types,
 )
 from multinode_llm_local.kserve.releases import Release
@@ -537,7 +537,7 @@ def _reconciler_gpu_types(
     """
     if release.controller.gpu_types_annotation == "comma-split":
         raw = isvc_annotations.get(GPU_TYPES, "")
-        return list(STANDARD_GPU_TYPES) + [t for t in raw.split(",") if raw]
+        return list(KSERVE_DEFAULT_GPU_TYPES) + [t for t in raw.split(",") if raw]
     return gpu_resource_types(pod_annotations)
 
 
@@ -551,7 +551,7 @@ def _set_gpu_resources(
     resources = container.setdefault("resources", {})
     limits = resources.setdefault("limits", {})
     requests = resources.setdefault("requests", {})
-    resource = STANDARD_GPU_TYPES[0]
+    resource = KSERVE_DEFAULT_GPU_TYPES[0]
     for candidate in gpu_types:
         if _nonzero(limits.get(candidate)) or _nonzero(requests.get(candidate)):
             resource = candidate
@@ -632,7 +632,7 @@ def _labels(runtime_labels: Any, isvc: Obj, predictor: Obj) -> dict[str, str]:
 def _gpu_request(pod_spec: Obj) -> int:
     """``GetGPUResourceQtyByType(.., "Request")`` of the first container: requests only."""
     requests = (pod_spec["containers"][0].get("resources") or {}).get("requests") or {}
-    for resource in STANDARD_GPU_TYPES:
+    for resource in KSERVE_DEFAULT_GPU_TYPES:
         if resource in requests:
             return int(quantity(requests[resource], f"resources.requests.{resource}"))
     return 0
