@@ -36,6 +36,7 @@ def chart_values(path: Path) -> dict[str, Any]:
         "uri": given["model"]["uri"],
         "release": kserve_release(str(given.get("kserve", {}).get("version", ""))),
         "scope": given.get("runtime", {}).get("scope", "Namespace"),
+        "mp": given.get("group", {}).get("executor") == "mp",
     }
 
 
@@ -117,7 +118,8 @@ def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
             "liveness": {"path": "/live", "port": 8081},
         }
         names = [e["name"] for e in container["env"]]
-        assert {"POD_IP", "POD_NAME", "POD_NAMESPACE", "RAY_PORT", "GROUP_WAIT_TIMEOUT"} <= set(
+        group_env = {"MULTINODE_LLM_EXECUTOR", "MASTER_PORT"} if want["mp"] else {"RAY_PORT"}
+        assert {"POD_IP", "POD_NAME", "POD_NAMESPACE", "GROUP_WAIT_TIMEOUT"} | group_env <= set(
             names
         )
         assert len(names) == len(set(names)), f"duplicate env in {container['name']}: {names}"
