@@ -67,7 +67,7 @@ class Node:
     """What every pod of the group knows about itself."""
 
     pod_ip: str
-    gpus: int  # REQUEST_GPU_COUNT: this pod's GPU limit, given to `ray start --num-gpus`
+    gpus: int  # REQUEST_GPU_COUNT: this pod's GPU limit, given to Ray (accelerator.py)
     node_count: int  # RAY_NODE_COUNT: pods in the group, the head included
     ray_ports: RayPorts
     ray_temp_dir: Path
