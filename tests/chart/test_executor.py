@@ -18,7 +18,7 @@ DONE_WHEN: dict[str, Any] = {
     "kserve": {"version": "0.18"},
     "group": {"executor": "mp"},
 }
-RAY_ONLY_ENV = {"RAY_PORT", "RAY_USAGE_STATS_ENABLED"}
+RAY_ONLY_ENV = {"RAY_PORT", "RAY_USAGE_STATS_ENABLED", "MULTINODE_LLM_RAY_RESOURCE"}
 
 
 def containers(runtime: dict[str, Any]) -> dict[str, dict[str, Any]]:

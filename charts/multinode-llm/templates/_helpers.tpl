@@ -355,8 +355,11 @@ name the collective library's interface; "multinode-llm.validate" refuses a valu
 entry lacks */}}
 {{- $accelerator := include "multinode-llm.accelerator" . | fromJson }}
 {{- $collective := $accelerator.collective }}
+{{- if ne .Values.group.executor "mp" }}
+{{- /* Ray's name for the GPUs; an mp group runs no Ray */}}
 - name: MULTINODE_LLM_RAY_RESOURCE
   value: {{ $accelerator.rayResource | quote }}
+{{- end }}
 - name: MULTINODE_LLM_SOCKET_IFNAME_ENV
   value: {{ join "," $collective.socketIfname | quote }}
 {{- with .Values.communication.socketIfname }}
