@@ -14,7 +14,7 @@ With ``direct=True`` it answers file GETs itself (no CDN) and ``/live``: a peer 
 test sees one, lying with the same faults.
 
 Run in a thread of the test process (``FakeHub.start()``), or alone for a benchmark:
-``python -m tests.cache.fake_hub --host 127.0.0.1 --port 8070 --repo org/model DIR``.
+``python -m multinode_llm_testing.fake_hub --host 127.0.0.1 --port 8070 --repo org/model DIR``.
 """
 
 from __future__ import annotations
