@@ -15,7 +15,7 @@ import pytest
 from multinode_llm_testing.waits import wait_until
 from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 READY_TIMEOUT_S = 480  # ~75 s on an idle 2-core machine; shared machines are slower
 
@@ -35,6 +35,7 @@ def _group_env(model: Path, **overrides: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.vllm
 def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_killed(
     cluster: Cluster, tiny_model: Path, timing: list
 ) -> None:
@@ -91,6 +92,7 @@ def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_kille
     assert _pids(head) == []  # vLLM went with the supervisor
 
 
+@pytest.mark.vllm
 def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
     cluster: Cluster, tiny_model: Path, timing: list
 ) -> None:
@@ -111,6 +113,45 @@ def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
     cluster.restart(worker)  # kubelet restarts the worker container: it joins the new epoch
     wait_until(lambda: _epoch(worker) not in (None, first_epoch), 120, "a rank in the new epoch")
     assert _rank(worker) == 1
+
+
+@pytest.mark.vllm
+def test_mp_head_without_its_worker_exits_at_the_deadline_naming_the_rank(
+    cluster: Cluster, tiny_model: Path, timing: list
+) -> None:
+    start = time.monotonic()
+    head = cluster.start("head", "head", _group_env(tiny_model, GROUP_WAIT_TIMEOUT="15"))
+    wait_until(lambda: head.get("/live")[0] == 200, 30, "the head's status port", interval=0.1)
+    assert head.get("/ready")[1]["reason"] == "vLLM's /health does not answer 200 yet"
+    assert head.wait_exit(timeout=120) == 1
+    elapsed = time.monotonic() - start
+    timing.append(("mp head, PP=2, no worker: exit after GROUP_WAIT_TIMEOUT=15", elapsed))
+    last = head.log().splitlines()[-1]
+    assert (
+        "exit 1: the group did not form within 15 s (--wait-timeout, GROUP_WAIT_TIMEOUT): "
+        "rank 1 missing of --nnodes 2 (PIPELINE_PARALLEL_SIZE); joined workers: none; check that "
+        "every worker pod runs with MULTINODE_LLM_EXECUTOR=mp and reaches the head's status port "
+        f"at {head.ip}:8081"
+    ) in last, last
+    assert 15 <= elapsed < 60
+    assert _pids(head) == []  # its vLLM (started at once) went with it
+
+
+def test_mp_worker_without_a_head_exits_at_the_deadline(cluster: Cluster, timing: list) -> None:
+    start = time.monotonic()
+    env = _group_env(Path("/nonexistent"), HEAD_SVC=HEAD_SVC, GROUP_WAIT_TIMEOUT="5")
+    worker = cluster.start("worker", "worker", env)
+    wait_until(lambda: worker.get("/live")[0] == 200, 30, "the worker's status port", interval=0.1)
+    assert worker.get("/startup")[1]["reason"] == (
+        f"waiting for a rank from the head at {HEAD_SVC}.default.svc.cluster.local:8081"
+    )
+    assert worker.wait_exit(timeout=60) == 1
+    timing.append(
+        ("mp worker without a head: exit after GROUP_WAIT_TIMEOUT=5", time.monotonic() - start)
+    )
+    last = worker.log().splitlines()[-1]
+    assert "granted no rank within 5 s (--wait-timeout, GROUP_WAIT_TIMEOUT): " in last, last
+    assert "its name does not resolve" in last  # no head pod: no address in the pod's hosts
 
 
 def _rank(worker: Pod) -> int | None:
