@@ -4,8 +4,9 @@
     python -m bench --only serving,cache-warm
     python -m bench --quick --results /tmp/b  # the minimal configuration the smoke test runs
 
-Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up against one plain
-vLLM server, then recovery from a killed worker; needs the local cluster), ``cache-warm`` (one
+Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput and
+recovery from a killed worker, per executor (``--executors``: Ray and mp), against one plain vLLM
+server; needs the local cluster), ``cache-warm`` (one
 large blob, the cache vs nginx), ``cache-fanout`` (four peers vs four direct downloads from a
 throttled upstream). One that cannot run here (no root, no nginx) is recorded as skipped with its
 reason; one that fails is recorded with its error, and the command exits 1.
@@ -27,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from multinode_llm_testing.locks import BENCH_LOCK, LOCK_WAIT_S, file_lock, vllm_lock
 
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         results = _merged(json.loads((results_dir / "results.json").read_text()), results)
     (results_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     print(report.table(results))
+    print(report.executors_text(cast("list[dict[str, Any]]", results["figures"])))
     report.write(results, results_dir)
     if results_dir.resolve() == (ROOT / "bench").resolve():
         report.update_readme(results, ROOT / "README.md")
@@ -104,6 +106,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="tiny sizes and few requests (the smoke test's run)"
     )
     parser.add_argument(
+        "--executors",
+        type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()),
+        default=group.EXECUTORS,
+        help=f"the group benchmark's executors (group.executor); default all: "
+        f"{','.join(group.EXECUTORS)}",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         default=None,
@@ -133,6 +142,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(
             f"unknown benchmark(s) {', '.join(unknown)}: choose from {', '.join(BENCHMARKS)}"
+        )
+    odd = [name for name in args.executors if name not in group.EXECUTORS]
+    if odd or not args.executors:
+        parser.error(
+            f"unknown executor(s) {', '.join(odd) or '(none)'}: choose from "
+            f"{', '.join(group.EXECUTORS)}"
         )
     return args
 
@@ -203,7 +218,9 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
     missing = _missing_for_vllm() or _missing_local_cluster()
     if missing:
         return [skipped("startup", "PP=2 group start-up", "s", "plain vLLM", missing)]
-    options = group.Options(repetitions=1) if args.quick else group.Options()
+    options = group.Options(executors=args.executors)
+    if args.quick:  # every executor once, a short load
+        options = group.Options(repetitions=1, executors=args.executors, throughput_requests=32)
     claim = work / "claim"
     claim.mkdir(mode=0o755, exist_ok=True)
     model = claim / group.MODEL_DIR

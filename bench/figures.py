@@ -19,7 +19,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Goal:
     on: str  # "ratio", "difference" or "value"
-    op: str  # ">=" or "<="
+    op: str  # ">=", "<=" or "<"
     limit: float
     text: str  # the goal, in words
 
@@ -29,6 +29,8 @@ class Goal:
         ]
         if measured is None:
             return None
+        if self.op == "<":
+            return measured < self.limit
         return measured >= self.limit if self.op == ">=" else measured <= self.limit
 
 
@@ -51,7 +53,7 @@ def load_average() -> Iterator[Load]:
 
 @dataclass
 class Figure:
-    benchmark: str  # serving, startup, recovery, cache
+    benchmark: str  # serving, startup, recovery, throughput, cache
     name: str
     unit: str
     value: float | None

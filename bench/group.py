@@ -1,19 +1,31 @@
-"""Group start-up and recovery on the local cluster, against one plain vLLM server's start-up.
+"""Group start-up, recovery and throughput on the local cluster, per executor, against plain vLLM.
 
-Start-up: the chart's PP=2 group (a head and a worker pod, the built-in local values) is started by
-the local cluster (`multinode_llm_local.cluster`), and its phases are read from three sources:
+Each executor of ``Options.executors`` (``group.executor``: ``ray``, vLLM's Ray executor on a Ray
+cluster; ``mp``, vLLM's own multi-node executor, no Ray) gets the same measurements, in the same
+run, beside the same plain vLLM server.
+
+Start-up: the chart's PP=2 group (a head and a worker pod, the built-in local values, plus
+``group.executor=mp`` for mp) is started by the local cluster (`multinode_llm_local.cluster`), and
+its phases are read from three sources:
 - the kubelet's events (each container Started, the head pod Ready), as Kubernetes would record;
-- each supervisor's ``GET :8081/status`` timeline (Ray head up, engine started, each node joined as
-  the head saw it, group complete, engine ready, ready; the worker's own "joined");
+- each supervisor's ``multinode_llm_event_seconds`` on ``GET :8081/metrics`` (the timeline its
+  ``/status`` also shows: Ray head up (Ray only), engine started, each node joined as the head saw
+  it, group complete, engine ready, ready; the worker's own "joined", and with mp its headless vLLM
+  started), placed on the wall clock by the supervisor's ``uptime_s`` on ``/status``;
 - this benchmark's own polls, every 50 ms, of the head's vLLM (the moment the engine really
   answers and lists the model) and of the head's ``/ready`` (the moment our readiness turns true).
 The baseline is one plain `python -m vllm.entrypoints.openai.api_server` on the same model and
 engine arguments, started alone, timed from its start until it lists the model. Plain and group
 starts alternate.
 
-Recovery: in the last group, the worker's container is killed (SIGKILL to its PID 1, as a node
-dies); measured until the head's readiness drops, the head restarts, and a completion through the
-head's Service succeeds again.
+Recovery: in the last group of each executor, the worker's container is killed (SIGKILL to its
+PID 1, as a node dies); measured until the head's readiness drops, the head restarts, and a
+completion through the head's Service succeeds again.
+
+Throughput: once each group is Ready (and the plain server lists the model), one fixed load of
+completions (``Options.throughput_*``) goes to the head's OpenAI port, and the same load to the
+plain server, after an unmeasured warm-up. A PP=2 group on the two cores one plain server has to
+itself is not expected to match it: the figure compares the executors with each other, beside it.
 
 KServe's own runtime has no timeline to read; its delays follow from its periods
 (docs/kserve-contract.md, "KServe's own multi-node runtime", read from KServe's
@@ -45,12 +57,14 @@ from multinode_llm_testing.networks import BENCH_LOCAL
 from multinode_llm_testing.ports import free_port
 from multinode_llm_testing.waits import wait_until
 
+from bench import loadgen
 from bench.figures import Figure, Goal, Load, load_average
 from bench.sandbox import http_get, http_post_json, tail
 
 MODEL_DIR = "tiny-llama"  # the built-in local values serve pvc://models/tiny-llama
 MODEL_NAME = "tiny-llama"
 ENGINE_ARGS = ("--max-model-len=512", "--max-num-seqs=8")  # the local values' vllm.args
+HTTP_PORT, STATUS_PORT = 8080, 8081  # the head's OpenAI port and every supervisor's status port
 LOGS = Path(__file__).resolve().parent / "out" / "group"  # the last group's logs, for a look
 POLL_S = 0.05
 READY_TIMEOUT_S = 900.0
@@ -63,16 +77,48 @@ KSERVE_STARTUP = {"initial_delay": 60.0, "period": 30.0}
 KSERVE_READINESS_PERIOD_S = 5.0
 KSERVE_LIVENESS = {"period": 5.0, "failures": 2}
 
+EXECUTORS = ("ray", "mp")  # group.executor
+LABELS = {"ray": "Ray", "mp": "mp"}
+PROMPT = "The head and the worker of a pipeline parallel group serve one request"
+
 READY_DETECTION_GOAL = Goal("value", "<=", 2.0, "ready detection within 2 s of the engine ready")
-GROUP_READY_GOAL = Goal(
-    "difference", "<=", 5.0, "a PP=2 group Ready within 5 s of one plain vLLM server's start"
+GROUP_READY_GOALS = {
+    "ray": Goal(
+        "difference",
+        "<=",
+        5.0,
+        "a Ray PP=2 group Ready within 5 s of one plain vLLM server's start",
+    ),
+    "mp": Goal(
+        "difference",
+        "<=",
+        3.0,
+        "an mp PP=2 group Ready within 3 s of one plain vLLM server's start",
+    ),
+}
+MP_RECOVERY_GOAL = Goal("ratio", "<", 1.0, "mp recovers from a killed worker faster than Ray")
+# Rows of the side-by-side table (bench/report.py): the figures each executor has, against plain.
+ROW_STARTUP, ROW_RECOVERY, ROW_THROUGHPUT = (
+    "start-up to Ready",
+    "recovery after a killed worker",
+    "serving throughput",
 )
 
 
 @dataclass(frozen=True)
 class Options:
-    repetitions: int = 2  # group starts (and as many plain starts), alternating
+    repetitions: int = 2  # starts of each executor's group (and as many plain starts), alternating
     recovery: bool = True
+    executors: tuple[str, ...] = EXECUTORS
+    # The throughput load, the same for the plain server and each group: completions, ignore_eos.
+    throughput_requests: int = 96
+    throughput_concurrency: int = 8
+    throughput_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.executors if name not in EXECUTORS]
+        if unknown or not self.executors:
+            raise ValueError(f"executors {self.executors}: choose from {', '.join(EXECUTORS)}")
 
 
 @dataclass
@@ -86,38 +132,105 @@ class GroupStart:
         return {name: at - t0 for name, at in sorted(self.events.items(), key=lambda kv: kv[1])}
 
 
+@dataclass
+class Measured:
+    """One executor's runs: its group starts, throughput, and the recovery of its last group."""
+
+    starts: list[GroupStart] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)  # req/s, one per start
+    recovery: dict[str, float] = field(default_factory=dict)
+    how: str = ""  # how the head's previous container ended in the recovery
+
+
+@dataclass
+class Plain:
+    """The plain server's runs: start-up seconds and throughput (req/s), one per start."""
+
+    seconds: list[float] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
+
+
 def measure(options: Options, claim: Path, log: Callable[[str], None]) -> list[Figure]:
-    """Alternate plain and group starts; then kill a worker of the last group (recovery)."""
-    plain_s: list[float] = []
-    starts: list[GroupStart] = []
-    recovery: dict[str, float] = {}
-    how = ""
+    """Per repetition one plain start, then one group start per executor (the executors' order
+    flips each repetition); the last group of each executor loses its worker (recovery)."""
+    plain = Plain()
+    measured = {executor: Measured() for executor in options.executors}
     with load_average() as load:
         for repetition in range(options.repetitions):
-            plain_s.append(_plain_start(claim))
-            log(f"startup {repetition + 1}/{options.repetitions}: plain vLLM {plain_s[-1]:.1f} s")
-            last = repetition == options.repetitions - 1
-            with _LocalGroup(claim, log) as group:
-                starts.append(group.start())
-                timeline = starts[-1].since_start()
-                log(
-                    f"startup {repetition + 1}/{options.repetitions}: group Ready "
-                    f"{timeline['head pod Ready (kubelet)']:.1f} s"
-                )
-                if last and options.recovery:
-                    recovery, how = group.kill_worker()
-                    log(f"recovery: serving again {recovery['serving again']:.1f} s after the kill")
-    figures = _startup_figures(starts, plain_s, load)
-    if options.recovery:
-        figures += _recovery_figures(recovery, how, plain_s, load)
+            of = f"{repetition + 1}/{options.repetitions}"
+            seconds, throughput = _plain_start(claim, options)
+            plain.seconds.append(seconds)
+            plain.throughput.append(throughput)
+            log(f"startup {of}: plain vLLM {seconds:.1f} s, {throughput:.1f} req/s")
+            order = options.executors[:: -1 if repetition % 2 else 1]
+            for executor in order:
+                last = repetition == options.repetitions - 1
+                _group_run(options, claim, log, executor, measured[executor], of, last)
+    figures: list[Figure] = []
+    for executor, runs in measured.items():
+        figures += _startup_figures(executor, runs, plain, load)
+        figures.append(_throughput_figure(executor, runs, plain, options, load))
+        if options.recovery:
+            figures += _recovery_figures(executor, runs, plain, load)
+    if options.recovery and {"ray", "mp"} <= measured.keys():
+        figures.append(_recovery_comparison(measured["mp"], measured["ray"], load))
     return figures
+
+
+def _group_run(
+    options: Options,
+    claim: Path,
+    log: Callable[[str], None],
+    executor: str,
+    runs: Measured,
+    of: str,
+    last: bool,
+) -> None:
+    label = LABELS[executor]
+    with _LocalGroup(claim, log, executor) as group:
+        runs.starts.append(group.start())
+        ready = runs.starts[-1].since_start()["head pod Ready (kubelet)"]
+        head = group.pod("head")["ip"]
+        runs.throughput.append(_throughput(head, HTTP_PORT, options))
+        log(f"startup {of}: {label} group Ready {ready:.1f} s, {runs.throughput[-1]:.1f} req/s")
+        if last and options.recovery:
+            runs.recovery, runs.how = group.kill_worker()
+            again = runs.recovery["serving again"]
+            log(f"recovery: {label} group serving again {again:.1f} s after the kill")
+
+
+def _throughput(host: str, port: int, options: Options) -> float:
+    """Requests per second of the fixed load, after a short unmeasured warm-up."""
+    warm = _completions(options, 2 * options.throughput_concurrency)
+    loadgen.run(host, port, warm)
+    return loadgen.run(host, port, _completions(options, options.throughput_requests)).throughput
+
+
+def _completions(options: Options, count: int) -> loadgen.Load:
+    tokens = options.throughput_tokens
+    body = {
+        "model": MODEL_NAME,
+        "prompt": PROMPT,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    return loadgen.Load(
+        "/v1/completions",
+        body,
+        count,
+        options.throughput_concurrency,
+        tokens,
+        lambda answer: int(answer["usage"]["completion_tokens"]),
+    )
 
 
 # The baseline ---------------------------------------------------------------------------------
 
 
-def _plain_start(claim: Path) -> float:
-    """Seconds from starting one plain vLLM server until it lists the model (it is then stopped)."""
+def _plain_start(claim: Path, options: Options) -> tuple[float, float]:
+    """Seconds from starting one plain vLLM server until it lists the model, and its throughput
+    (req/s) under ``options``' load; it is then stopped."""
     port = free_port()
     argv = [
         sys.executable,
@@ -158,7 +271,8 @@ def _plain_start(claim: Path) -> float:
             return _lists_model(f"http://127.0.0.1:{port}")
 
         wait_until(ready, READY_TIMEOUT_S, "plain vLLM to list the model", POLL_S)
-        return time.time() - started
+        seconds = time.time() - started
+        return seconds, _throughput("127.0.0.1", port, options)
     finally:
         _stop_group(process)
         shutil.rmtree(cache_root, ignore_errors=True)
@@ -187,9 +301,10 @@ def _lists_model(base: str) -> bool:
 class _LocalGroup:
     """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
 
-    def __init__(self, claim: Path, log: Callable[[str], None]) -> None:
+    def __init__(self, claim: Path, log: Callable[[str], None], executor: str) -> None:
         self.claim = claim
         self.log = log
+        self.executor = executor
         self.plan: Any = None
 
     def __enter__(self) -> _LocalGroup:
@@ -208,7 +323,8 @@ class _LocalGroup:
             for container in pod["containers"]:
                 for run in (container.get("last_state") or {}, container):
                     if run.get("log") and Path(run["log"]).exists():
-                        shutil.copy(run["log"], LOGS / f"{pod['role']}-{Path(run['log']).name}")
+                        name = f"{self.executor}-{pod['role']}-{Path(run['log']).name}"
+                        shutil.copy(run["log"], LOGS / name)
 
     def status(self) -> dict[str, Any]:
         from multinode_llm_local import cluster
@@ -230,12 +346,14 @@ class _LocalGroup:
         from multinode_llm_local import cluster
 
         prefix, subnet = BENCH_LOCAL.at()
+        # Ray is the chart's default: its group renders exactly as without the value.
+        sets = [f"group.executor={self.executor}"] if self.executor != "ray" else []
         options = cluster.UpOptions(
-            volumes={"models": self.claim}, prefix=prefix, subnet=str(subnet), port=0
+            sets=sets, volumes={"models": self.claim}, prefix=prefix, subnet=str(subnet), port=0
         )
         self.plan = cluster.start(options, progress=lambda line: self.log(f"  local: {line}"))
         head = next(p for p in self.plan.pods if p.role == "head")
-        watch = _Watch(f"http://{head.ip}:8080", f"http://{head.ip}:8081/ready")
+        watch = _Watch(f"http://{head.ip}:{HTTP_PORT}", f"http://{head.ip}:{STATUS_PORT}/ready")
         watch.start()
         try:
             wait_until(
@@ -270,23 +388,16 @@ class _LocalGroup:
             raise RuntimeError("the polls never saw the engine answer or /ready turn 200")
         start.events["engine answers (bench poll)"] = watch.engine_at
         start.events["/ready 200 (bench poll)"] = watch.ready_at
-        head_events = _supervisor_timeline(f"http://{head_ip}:8081/status")
-        names = {
-            "ray_head_up": "Ray head up",
-            "engine_started": "vLLM started",
-            "group_complete": "all GPUs registered",
-            "engine_ready": "engine ready (supervisor)",
-            "ready": "ready (supervisor)",
-        }
-        for event, at in head_events.items():
+        for event, at in _supervisor_timeline(f"http://{head_ip}:{STATUS_PORT}").items():
             if event.startswith("node_joined:") and event != f"node_joined:{head_ip}":
                 start.events[f"head saw worker {event.split(':', 1)[1]}"] = at
-            elif event in names:
-                start.events[names[event]] = at
+            elif event in HEAD_PHASES:
+                start.events[HEAD_PHASES[event]] = at
         for worker in (p for p in self.status()["pods"] if p["role"] == "worker"):
-            joined = _supervisor_timeline(f"http://{worker['ip']}:8081/status").get("joined")
-            if joined is not None:
-                start.events[f"worker {worker['ip']} joined (its supervisor)"] = joined
+            events = _supervisor_timeline(f"http://{worker['ip']}:{STATUS_PORT}")
+            for event, phase in WORKER_PHASES.items():
+                if event in events:
+                    start.events[f"worker {worker['ip']} {phase}"] = events[event]
         return start
 
     def kill_worker(self) -> tuple[dict[str, float], str]:
@@ -296,7 +407,9 @@ class _LocalGroup:
         head_ip = head_before["ip"]
         stages: dict[str, float] = {}
         checks: dict[str, Callable[[], bool]] = {
-            "head /ready 503": lambda: http_get(f"http://{head_ip}:8081/ready", 1.0)[0] == 503,
+            "head /ready 503": lambda: (
+                http_get(f"http://{head_ip}:{STATUS_PORT}/ready", 1.0)[0] == 503
+            ),
             "head pod NotReady (kubelet)": lambda: not self.pod("head")["ready"],
             "head restarted": lambda: self.pod("head")["restarts"] > head_before["restarts"],
             "head pod Ready again (kubelet)": lambda: (
@@ -350,16 +463,42 @@ class _Watch:
             self._stop.wait(POLL_S)
 
 
-def _supervisor_timeline(url: str) -> dict[str, float]:
-    """A supervisor's timeline in wall-clock seconds (its times count from its own start)."""
+# A supervisor's events (health/state.py ``mark``) under the phase names both executors share, where
+# the phases correspond: "group complete" is every GPU registered with Ray, or every rank held (mp).
+HEAD_PHASES = {
+    "ray_head_up": "Ray head up",
+    "engine_started": "vLLM started",
+    "group_complete": "group complete (supervisor)",
+    "engine_ready": "engine ready (supervisor)",
+    "ready": "ready (supervisor)",
+}
+WORKER_PHASES = {  # the mp worker joins before it starts vLLM (headless) with what it was given
+    "joined": "joined (its supervisor)",
+    "engine_started": "vLLM started (headless)",
+}
+EVENT_METRIC = "multinode_llm_event_seconds"
+
+
+def _supervisor_timeline(base: str) -> dict[str, float]:
+    """A supervisor's events (``multinode_llm_event_seconds`` on its /metrics, seconds since its
+    start) in wall-clock seconds, placed by the ``uptime_s`` its /status answers."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     asked = time.time()
-    status, body = http_get(url)
+    status, body = http_get(f"{base}/status")
     answered = time.time()
     if status != 200:
-        raise RuntimeError(f"{url} answered {status}")
-    data = json.loads(body)
-    started = (asked + answered) / 2 - float(data["uptime_s"])
-    return {event: started + float(at) for event, at in data["timeline_s"].items()}
+        raise RuntimeError(f"{base}/status answered {status}")
+    started = (asked + answered) / 2 - float(json.loads(body)["uptime_s"])
+    status, body = http_get(f"{base}/metrics")
+    if status != 200:
+        raise RuntimeError(f"{base}/metrics answered {status}")
+    return {
+        sample.labels["event"]: started + sample.value
+        for family in text_string_to_metric_families(body.decode())
+        if family.name == EVENT_METRIC
+        for sample in family.samples
+    }
 
 
 # Figures ---------------------------------------------------------------------------------------
@@ -376,60 +515,60 @@ def kserve_ready_delay() -> float:
     )
 
 
-def _startup_figures(starts: list[GroupStart], plain_s: list[float], load: Load) -> list[Figure]:
-    timelines = [start.since_start() for start in starts]
-    config = {
-        "group": "the chart's PP=2 TP=1 group (built-in local values: probes every 2 s)",
+def _config(executor: str, plain: Plain) -> dict[str, Any]:
+    """What every figure of one executor's group carries: the executor, the group, the plain
+    server's runs (its baseline)."""
+    values = "built-in local values" + ("" if executor == "ray" else f", group.executor={executor}")
+    return {
+        "executor": executor,
+        "group": f"the chart's PP=2 TP=1 group ({values}: probes every 2 s)",
         "model": "tiny random-weight Llama",
         "engine_args": list(ENGINE_ARGS),
-        "repetitions": len(starts),
         "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone, "
         "with an empty VLLM_CACHE_ROOT (no compiled graphs from an earlier start)",
-        "timelines_s": timelines,
-        "plain_s": plain_s,
+        "plain_s": plain.seconds,
     }
-    plain = statistics.median(plain_s)
+
+
+def _startup_figures(executor: str, runs: Measured, plain: Plain, load: Load) -> list[Figure]:
+    label = LABELS[executor]
+    timelines = [start.since_start() for start in runs.starts]
+    config = {**_config(executor, plain), "repetitions": len(timelines), "timelines_s": timelines}
+    plain_s = statistics.median(plain.seconds)
 
     def median(pick: Callable[[dict[str, float]], float]) -> float:
         return statistics.median(pick(t) for t in timelines)
 
-    joins = [
-        max(
-            t[seen] - t[f"worker {seen.split()[-1]} joined (its supervisor)"]
-            for seen in t
-            if seen.startswith("head saw worker ")
-        )
-        for t in timelines
-    ]
-    return [
+    figures = [
         Figure(
             benchmark="startup",
-            name="PP=2 group: first container started -> head pod Ready",
+            name=f"PP=2 {label} group: first container started -> head pod Ready",
             unit="s",
             value=median(lambda t: t["head pod Ready (kubelet)"]),
-            baseline=plain,
+            baseline=plain_s,
             baseline_name="one plain vLLM server: start -> lists the model",
-            config=config,
+            config={**config, "row": ROW_STARTUP},
             load=load,
-            goal=GROUP_READY_GOAL,
+            goal=GROUP_READY_GOALS[executor],
             runs=[
                 {"group": t["head pod Ready (kubelet)"], "plain": p}
-                for t, p in zip(timelines, plain_s, strict=True)
+                for t, p in zip(timelines, plain.seconds, strict=True)
             ],
         ),
         Figure(
             benchmark="startup",
-            name="our share of it: container start -> vLLM start, plus engine answers -> pod Ready",
+            name=f"{label}: our share of it: container start -> vLLM start, plus engine answers "
+            "-> pod Ready",
             unit="s",
             value=median(_our_share),
             baseline=median(lambda t: t["head pod Ready (kubelet)"]),
-            baseline_name="the group's whole start-up (the rest is vLLM's own, Ray executor)",
+            baseline_name=f"the group's whole start-up (the rest is vLLM's own, {label} executor)",
             config=config,
             load=load,
         ),
         Figure(
             benchmark="startup",
-            name="engine answers -> our /ready 200 (supervisor's detection)",
+            name=f"{label}: engine answers -> our /ready 200 (supervisor's detection)",
             unit="s",
             value=median(lambda t: t["/ready 200 (bench poll)"] - t["engine answers (bench poll)"]),
             baseline=kserve_ready_delay(),
@@ -440,7 +579,7 @@ def _startup_figures(starts: list[GroupStart], plain_s: list[float], load: Load)
         ),
         Figure(
             benchmark="startup",
-            name="engine answers -> head pod Ready (kubelet, probe period 2 s)",
+            name=f"{label}: engine answers -> head pod Ready (kubelet, probe period 2 s)",
             unit="s",
             value=median(
                 lambda t: t["head pod Ready (kubelet)"] - t["engine answers (bench poll)"]
@@ -450,17 +589,61 @@ def _startup_figures(starts: list[GroupStart], plain_s: list[float], load: Load)
             config=config,
             load=load,
         ),
-        Figure(
-            benchmark="startup",
-            name="worker joined -> head noticed it",
-            unit="s",
-            value=statistics.median(joins),
-            baseline=KSERVE_NODE_POLL_S / 2,
-            baseline_name="KServe's head: registered-nodes poll every 2 s (expected delay)",
-            config=config,
-            load=load,
-        ),
     ]
+    if executor == "ray":  # an mp worker's join is the head's grant: there is nothing to notice
+        figures.append(_join_figure(timelines, config, load))
+    return figures
+
+
+def _join_figure(timelines: list[dict[str, float]], config: dict[str, Any], load: Load) -> Figure:
+    joins = [
+        max(
+            t[seen] - t[f"worker {seen.split()[-1]} joined (its supervisor)"]
+            for seen in t
+            if seen.startswith("head saw worker ")
+        )
+        for t in timelines
+    ]
+    return Figure(
+        benchmark="startup",
+        name="Ray: worker joined -> head noticed it",
+        unit="s",
+        value=statistics.median(joins),
+        baseline=KSERVE_NODE_POLL_S / 2,
+        baseline_name="KServe's head: registered-nodes poll every 2 s (expected delay)",
+        config=config,
+        load=load,
+    )
+
+
+def _throughput_figure(
+    executor: str, runs: Measured, plain: Plain, options: Options, load: Load
+) -> Figure:
+    label = LABELS[executor]
+    load_text = (
+        f"completions c={options.throughput_concurrency} {options.throughput_tokens} tok, "
+        f"{options.throughput_requests} requests"
+    )
+    return Figure(
+        benchmark="throughput",
+        name=f"PP=2 {label} group: {load_text}",
+        unit="req/s",
+        value=statistics.median(runs.throughput),
+        baseline=statistics.median(plain.throughput),
+        baseline_name="one plain vLLM server (the same load)",
+        config={
+            **_config(executor, plain),
+            "row": ROW_THROUGHPUT,
+            "load": load_text,
+            "client": "bench.loadgen on the host; the group's head over the bridge, plain vLLM "
+            "on loopback; an unmeasured warm-up first",
+        },
+        load=load,
+        runs=[
+            {"group": g, "plain": p} for g, p in zip(runs.throughput, plain.throughput, strict=True)
+        ],
+        note="the PP=2 group shares the two cores the plain server has to itself",
+    )
 
 
 def _our_share(timeline: dict[str, float]) -> float:
@@ -477,36 +660,55 @@ def kserve_recovery_detection() -> float:
     return KSERVE_LIVENESS["period"] * KSERVE_LIVENESS["failures"] + KSERVE_EXEC_PROBE_S
 
 
-def _recovery_figures(
-    stages: dict[str, float], how: str, plain_s: list[float], load: Load
-) -> list[Figure]:
+def _recovery_figures(executor: str, runs: Measured, plain: Plain, load: Load) -> list[Figure]:
+    label = LABELS[executor]
     config = {
-        "group": "the chart's PP=2 TP=1 group (built-in local values)",
+        **_config(executor, plain),
         "fault": "SIGKILL to the worker container's PID 1 (its whole PID namespace dies)",
-        "stages_s": stages,
-        "head_previous_container_ended": how,
+        "stages_s": runs.recovery,
+        "head_previous_container_ended": runs.how,
     }
-    plain = statistics.median(plain_s)
+    plain_s = statistics.median(plain.seconds)
     return [
         Figure(
             benchmark="recovery",
-            name="worker killed -> group serving again",
+            name=f"{label}: worker killed -> group serving again",
             unit="s",
-            value=stages["serving again"],
-            baseline=plain,
+            value=runs.recovery["serving again"],
+            baseline=plain_s,
             baseline_name="one plain vLLM server's cold start",
-            config=config,
+            config={**config, "row": ROW_RECOVERY},
             load=load,
             note="the head restarts the whole group: a new vLLM start is the floor",
         ),
         Figure(
             benchmark="recovery",
-            name="worker killed -> head unready (our /ready 503)",
+            name=f"{label}: worker killed -> head unready (our /ready 503)",
             unit="s",
-            value=stages["head /ready 503"],
+            value=runs.recovery["head /ready 503"],
             baseline=kserve_recovery_detection(),
             baseline_name="KServe's liveness by construction (2 x 5 s + exec)",
             config=config,
             load=load,
         ),
     ]
+
+
+def _recovery_comparison(mp: Measured, ray: Measured, load: Load) -> Figure:
+    return Figure(
+        benchmark="recovery",
+        name="worker killed -> group serving again: mp against Ray",
+        unit="s",
+        value=mp.recovery["serving again"],
+        baseline=ray.recovery["serving again"],
+        baseline_name="the Ray group's recovery, same run",
+        # A row of the side-by-side table of its own executor: only its goal shows there.
+        config={
+            "executor": "mp / Ray",
+            "row": ROW_RECOVERY,
+            "mp_stages_s": mp.recovery,
+            "ray_stages_s": ray.recovery,
+        },
+        load=load,
+        goal=MP_RECOVERY_GOAL,
+    )

@@ -18,10 +18,12 @@ Record = dict[str, Any]
 ANALYSIS = Path(__file__).with_name("analysis.md")  # hand-written: why each figure is what it is
 README_START = "<!-- bench-table:start (written by python -m bench; do not edit) -->"
 README_END = "<!-- bench-table:end -->"
+EXECUTORS = (("mp", "mp"), ("ray", "Ray"))  # group.executor, and its name in the tables
 SECTIONS = (
     ("serving", "Serving overhead", "serving.png"),
     ("startup", "Group start-up", "startup.png"),
     ("recovery", "Recovery", "recovery.png"),
+    ("throughput", "PP=2 group throughput", "throughput.png"),
     ("cache", "Model cache", "cache.png"),
 )
 
@@ -79,6 +81,48 @@ def _load(figure: Record) -> str:
     return f"{load['before']:.1f}->{load['after']:.1f}"
 
 
+# The executors side by side ---------------------------------------------------------------------
+
+
+def side_by_side(figures: Sequence[Record]) -> list[str]:
+    """One row per figure each executor's group has (``config["row"]``): mp, Ray, the plain vLLM
+    server beside them, mp / Ray, and the goals on that row."""
+    rows: dict[str, dict[str, Record]] = {}
+    for figure in figures:
+        config = figure.get("config") or {}
+        if not figure["skipped"] and "row" in config:
+            rows.setdefault(config["row"], {})[config["executor"]] = figure
+    if not rows:
+        return []
+    lines = [
+        "| figure | mp | Ray | plain vLLM | mp / Ray | goals |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row, by in rows.items():
+        measured = [by[key] for key, _ in EXECUTORS if key in by]
+        if not measured:
+            continue
+        unit = measured[0]["unit"]
+        cells = [_amount(by[key]["value"], unit) if key in by else "-" for key, _ in EXECUTORS]
+        ratio = "-"
+        if "mp" in by and "ray" in by and by["ray"]["value"]:
+            ratio = f"{by['mp']['value'] / by['ray']['value']:.2f}x"
+        goals = "; ".join(_goal(f) for f in by.values() if f.get("goal"))
+        plain = f"{_amount(measured[0]['baseline'], unit)} ({measured[0]['baseline_name']})"
+        lines.append(f"| {row} | {' | '.join(cells)} | {plain} | {ratio} | {goals} |")
+    return lines
+
+
+def executors_text(figures: Sequence[Record]) -> str:
+    """What `python -m bench` prints after its table: the side-by-side table and each executor's
+    phase timeline (empty when the group benchmark did not run)."""
+    parts = side_by_side(figures)
+    for benchmark in ("startup", "recovery"):
+        section = [f for f in figures if f["benchmark"] == benchmark and not f["skipped"]]
+        parts += ["", *_details(benchmark, section)] if section else []
+    return "\n".join(parts)
+
+
 # REPORT.md ---------------------------------------------------------------------------------------
 
 
@@ -89,6 +133,9 @@ def write(results: Record, directory: Path) -> None:
     goals = [f for f in figures if f.get("goal")]
     if goals:
         parts += ["## Goals", "", markdown_table(goals), ""]
+    side = side_by_side(figures)
+    if side:
+        parts += ["## mp, Ray and plain vLLM side by side", "", *side, ""]
     for benchmark, title, png in SECTIONS:
         section = [f for f in figures if f["benchmark"] == benchmark]
         if not section:
@@ -121,36 +168,66 @@ def _header(results: Record) -> str:
 
 
 def _details(benchmark: str, figures: Sequence[Record]) -> list[str]:
-    """The start-up timeline and the recovery stages, as tables."""
-    config: Record = next((f["config"] for f in figures if f.get("config")), {})
+    """The start-up timeline and the recovery stages of each executor's group, as tables."""
     lines: list[str] = []
-    if benchmark == "startup" and config.get("timelines_s"):
-        events = _median_timeline(config["timelines_s"])
-        plain = statistics.median(config["plain_s"])
-        lines += [
-            "Timeline of a PP=2 group start (median over starts, seconds after the first "
-            f"container started; one plain vLLM server lists the model after {plain:.1f} s):",
-            "",
-        ]
-        lines += ["| event | s |", "|---|---|"]
-        lines += [f"| {name} | {at:.1f} |" for name, at in events]
-        lines.append("")
-    if benchmark == "recovery" and config.get("stages_s"):
-        lines += [
-            "Stages after the worker's container was killed (seconds):",
-            "",
-            "| stage | s |",
-            "|---|---|",
-        ]
-        lines += [
-            f"| {name} | {at:.1f} |"
-            for name, at in sorted(config["stages_s"].items(), key=lambda kv: kv[1])
-        ]
-        how = config.get("head_previous_container_ended")
-        if how:
-            lines += ["", f"The head's previous container ended with reason `{how}`."]
-        lines.append("")
+    for key, label in _executors(figures):
+        config = _executor_config(figures, key)
+        if benchmark == "startup" and config.get("timelines_s"):
+            lines += _timeline_table(label, config)
+        if benchmark == "recovery" and config.get("stages_s"):
+            lines += _stages_table(label, config)
     return lines
+
+
+def _executors(figures: Sequence[Record]) -> list[tuple[str, str]]:
+    """(executor, its name) of the figures' groups: mp, Ray; ``("", "")`` for a results.json made
+    before the group benchmark had executors (its figures name none: they were Ray's)."""
+    present = {(f.get("config") or {}).get("executor", "") for f in figures if f.get("config")}
+    return [(key, label) for key, label in (*EXECUTORS, ("", "")) if key in present]
+
+
+def _executor_config(figures: Sequence[Record], executor: str) -> Record:
+    """The first figure's configuration of that executor that has a timeline or stages."""
+    for figure in figures:
+        config = figure.get("config") or {}
+        if config.get("executor", "") == executor and (
+            config.get("timelines_s") or config.get("stages_s")
+        ):
+            return config
+    return {}
+
+
+def _timeline_table(label: str, config: Record) -> list[str]:
+    events = _median_timeline(config["timelines_s"])
+    plain = statistics.median(config["plain_s"])
+    group = f"the {label} PP=2 group's" if label else "a PP=2 group"
+    lines = [
+        f"Timeline of {group} start (median over starts, seconds after the first container "
+        f"started; one plain vLLM server lists the model after {plain:.1f} s):",
+        "",
+        "| phase | s |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {at:.1f} |" for name, at in events]
+    return [*lines, ""]
+
+
+def _stages_table(label: str, config: Record) -> list[str]:
+    group = f"the {label} group's" if label else "the"
+    lines = [
+        f"Stages after {group} worker container was killed (seconds):",
+        "",
+        "| stage | s |",
+        "|---|---|",
+    ]
+    lines += [
+        f"| {name} | {at:.1f} |"
+        for name, at in sorted(config["stages_s"].items(), key=lambda kv: kv[1])
+    ]
+    how = config.get("head_previous_container_ended")
+    if how:
+        lines += ["", f"The head's previous container ended with reason `{how}`."]
+    return [*lines, ""]
 
 
 def _median_timeline(timelines: Sequence[dict[str, float]]) -> list[tuple[str, float]]:
@@ -159,7 +236,7 @@ def _median_timeline(timelines: Sequence[dict[str, float]]) -> list[tuple[str, f
     for timeline in timelines:
         for name, at in timeline.items():
             merged.setdefault(
-                re.sub(r"\d+\.\d+\.\d+\.\d+ ?", "", name).replace("  ", " "), []
+                re.sub(r"\d+\.\d+\.\d+\.\d+ ?", "", name).replace("  ", " ").strip(), []
             ).append(at)
     medians = {name: statistics.median(times) for name, times in merged.items()}
     return sorted(medians.items(), key=lambda kv: kv[1])
@@ -181,6 +258,7 @@ def _plot(benchmark: str, figures: Sequence[Record], path: Path) -> bool:
         "serving": _plot_serving,
         "startup": _plot_startup,
         "recovery": _plot_recovery,
+        "throughput": _plot_throughput,
         "cache": _plot_cache,
     }[benchmark](plt, measured)
     if drawn is None:
@@ -220,22 +298,42 @@ def _plot_serving(plt: Any, figures: Sequence[Record]) -> Any:
 
 
 def _plot_startup(plt: Any, figures: Sequence[Record]) -> Any:
-    config = figures[0]["config"]
-    if not config.get("timelines_s"):
+    """One panel per executor: its median timeline, plain vLLM's start and the executor's goal."""
+    panels = [
+        (label, config, _goal_limit(figures, key))
+        for key, label in _executors(figures)
+        if (config := _executor_config(figures, key)).get("timelines_s")
+    ]
+    if not panels:
         return None
+    heights = [len(_median_timeline(config["timelines_s"])) for _, config, _ in panels]
+    figure, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(9, 0.35 * sum(heights) + 1.5 * len(panels)),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )
+    for axis, (label, config, limit) in zip(axes[:, 0], panels, strict=True):
+        _startup_panel(axis, label, config, limit)
+    axes[-1, 0].set_xlabel("seconds after the first container started (median over starts)")
+    return figure
+
+
+def _startup_panel(axis: Any, label: str, config: Record, limit: float | None) -> None:
     events = _median_timeline(config["timelines_s"])
     plain = statistics.median(config["plain_s"])
-    figure, axis = plt.subplots(figsize=(9, 0.35 * len(events) + 1.5))
     axis.scatter([at for _, at in events], range(len(events)), zorder=3)
     for index, (_name, at) in enumerate(events):
         axis.hlines(index, 0, at, color="lightgray", zorder=1)
     axis.axvline(
         plain, color="green", linestyle="--", label=f"one plain vLLM server ready ({plain:.1f} s)"
     )
-    axis.axvline(plain + 5, color="red", linestyle=":", label="goal: plain + 5 s")
-    axis.set_yticks(range(len(events)), [name for name, _ in events])
+    if limit is not None:
+        axis.axvline(plain + limit, color="red", linestyle=":", label=f"goal: plain + {limit:g} s")
+    axis.set_yticks(range(len(events)), [name for name, _ in events], fontsize=8)
     axis.invert_yaxis()
-    axis.set_xlabel("seconds after the first container started (median over starts)")
     times = dict(events)
     if "vLLM started" in times and "engine answers (bench poll)" in times:
         axis.axvspan(
@@ -243,31 +341,67 @@ def _plot_startup(plt: Any, figures: Sequence[Record]) -> Any:
             times["engine answers (bench poll)"],
             color="tab:blue",
             alpha=0.08,
-            label="vLLM starting (its Ray executor, two pipeline stages)",
+            label=f"vLLM starting ({label or 'its'} executor, two pipeline stages)",
         )
-    axis.set_title("PP=2 group start-up on the local cluster")
-    axis.legend(fontsize=8, loc="upper center")
-    return figure
+    axis.set_title(f"PP=2 {label} group start-up on the local cluster".replace("  ", " "))
+    axis.legend(fontsize=7, loc="upper center")
+
+
+def _goal_limit(figures: Sequence[Record], executor: str) -> float | None:
+    """The start-up goal's bound (seconds after plain vLLM) of that executor's group."""
+    for figure in figures:
+        config = figure.get("config") or {}
+        goal = figure.get("goal") or {}
+        if config.get("executor", "") == executor and goal.get("on") == "difference":
+            return float(goal["limit"])
+    return None
 
 
 def _plot_recovery(plt: Any, figures: Sequence[Record]) -> Any:
-    record = figures[0]
-    stages = sorted(record["config"].get("stages_s", {}).items(), key=lambda kv: kv[1])
-    if not stages:
+    """Each stage's seconds after the kill, a bar per executor, and plain vLLM's cold start."""
+    groups = [
+        (label, config)
+        for key, label in _executors(figures)
+        if (config := _executor_config(figures, key)).get("stages_s")
+    ]
+    if not groups:
         return None
-    figure, axis = plt.subplots(figsize=(9, 0.4 * len(stages) + 1.5))
-    axis.barh(range(len(stages)), [at for _, at in stages], color="tab:orange")
-    axis.axvline(
-        record["baseline"],
-        color="green",
-        linestyle="--",
-        label=f"plain vLLM cold start ({record['baseline']:.1f} s)",
-    )
-    axis.set_yticks(range(len(stages)), [name for name, _ in stages])
+    stages = list(dict.fromkeys(name for _, c in groups for name in c["stages_s"]))
+    stages.sort(key=lambda name: max(c["stages_s"].get(name, 0.0) for _, c in groups))
+    figure, axis = plt.subplots(figsize=(9, 0.4 * len(stages) * len(groups) + 1.5))
+    height = 0.8 / len(groups)
+    for offset, (label, config) in enumerate(groups):
+        positions = [i + (offset - (len(groups) - 1) / 2) * height for i in range(len(stages))]
+        seconds = [config["stages_s"].get(name, 0.0) for name in stages]
+        axis.barh(positions, seconds, height, label=label or "group")
+    plain = statistics.median(groups[0][1]["plain_s"]) if groups[0][1].get("plain_s") else None
+    if plain is not None:
+        axis.axvline(
+            plain, color="green", linestyle="--", label=f"plain vLLM cold start ({plain:.1f} s)"
+        )
+    axis.set_yticks(range(len(stages)), stages)
     axis.invert_yaxis()
     axis.set_xlabel("seconds after the worker's container was killed")
     axis.set_title("Recovery of a PP=2 group from a killed worker")
-    axis.legend(fontsize=8, loc="lower right")
+    axis.legend(fontsize=8, loc="upper right")
+    return figure
+
+
+def _plot_throughput(plt: Any, figures: Sequence[Record]) -> Any:
+    """Requests per second of each executor's PP=2 group and of the plain server, same load."""
+    measured = [f for f in figures if f["unit"] == "req/s"]
+    if not measured:
+        return None
+    labels = [f"PP=2 {dict(EXECUTORS)[f['config']['executor']]}" for f in measured]
+    values = [f["value"] for f in measured]
+    labels.append("plain vLLM")
+    values.append(measured[0]["baseline"])
+    figure, axis = plt.subplots(figsize=(6, 3.2))
+    axis.bar(labels, values, color=["tab:blue"] * len(measured) + ["tab:green"])
+    for index, value in enumerate(values):
+        axis.text(index, value, f"{value:.1f}", ha="center", va="bottom", fontsize=8)
+    axis.set_ylabel("req/s")
+    axis.set_title(f"Throughput: {measured[0]['config'].get('load', '')}", fontsize=10)
     return figure
 
 
@@ -314,11 +448,16 @@ def summary_table(figures: Sequence[Record]) -> str:
 
 
 def update_readme(results: Record, readme: Path) -> None:
-    """Replace the README's benchmark table (between its markers) with this run's goal figures."""
+    """Replace the README's benchmark tables (between their markers) with this run's goal figures
+    and the executors side by side."""
     text = readme.read_text()
     if README_START not in text or README_END not in text:
         return
-    block = "\n".join([README_START, "", summary_table(results["figures"]), "", README_END])
+    parts = [README_START, "", summary_table(results["figures"]), ""]
+    side = side_by_side(results["figures"])
+    if side:  # the executors' headline figures, mp and Ray beside plain vLLM
+        parts += ["PP=2 groups by executor, beside one plain vLLM server:", "", *side, ""]
+    block = "\n".join([*parts, README_END])
     pattern = re.escape(README_START) + ".*?" + re.escape(README_END)
     readme.write_text(re.sub(pattern, lambda _match: block, text, flags=re.DOTALL))
 

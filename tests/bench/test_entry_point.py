@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = {"serving", "startup", "recovery", "cache"}
+BENCHMARKS = {"serving", "startup", "recovery", "throughput", "cache"}
 RECORD_KEYS = {
     "benchmark",
     "name",
@@ -77,6 +77,38 @@ def test_results_json_has_one_well_formed_record_per_figure(quick_run) -> None:
         assert figure["config"], f"{figure['name']} carries no configuration"
 
 
+def test_group_benchmark_measures_mp_ray_and_plain_side_by_side(quick_run) -> None:
+    run, results = quick_run
+    figures = json.loads((results / "results.json").read_text())["figures"]
+    startup = [f for f in figures if f["benchmark"] == "startup"]
+    if all(figure["skipped"] for figure in startup):
+        pytest.skip(f"the group benchmark was skipped: {startup[0]['skipped']}")
+    rows: dict[str, set[str]] = {}
+    for figure in figures:
+        config = figure["config"]
+        if "row" in config and config["executor"] in ("mp", "ray"):
+            rows.setdefault(config["row"], set()).add(config["executor"])
+            assert figure["baseline"] > 0, figure  # the plain server of the same run
+    assert rows == {
+        "start-up to Ready": {"mp", "ray"},
+        "recovery after a killed worker": {"mp", "ray"},
+        "serving throughput": {"mp", "ray"},
+    }
+    compared = [f for f in figures if f["name"].endswith("serving again: mp against Ray")]
+    assert len(compared) == 1
+    assert compared[0]["met"] in (True, False)
+    for text in (run.stdout, (results / "REPORT.md").read_text()):
+        assert "| figure | mp | Ray | plain vLLM | mp / Ray | goals |" in text
+        assert "Timeline of the mp PP=2 group's start" in text
+        assert "Timeline of the Ray PP=2 group's start" in text
+        assert "Stages after the mp group's worker container was killed" in text
+    # The mp group's timeline comes from its supervisors' event metrics: no Ray in it.
+    mp_start = next(f for f in startup if f["config"].get("executor") == "mp" and f["runs"])
+    phases = set(mp_start["config"]["timelines_s"][0])
+    assert {"vLLM started", "group complete (supervisor)", "ready (supervisor)"} <= phases
+    assert "Ray head up" not in phases
+
+
 def test_skips_say_why(quick_run) -> None:
     _, results = quick_run
     for figure in json.loads((results / "results.json").read_text())["figures"]:
@@ -102,3 +134,10 @@ def test_unknown_benchmark_is_refused_naming_the_choices() -> None:
         "unknown benchmark(s) serve: choose from cache-warm, cache-fanout, serving, group"
         in run.stderr
     )
+
+
+def test_unknown_executor_is_refused_naming_the_choices() -> None:
+    command = [sys.executable, "-m", "bench", "--only", "group", "--executors", "ray,rpc"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "unknown executor(s) rpc: choose from ray, mp" in run.stderr
