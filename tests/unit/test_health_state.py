@@ -122,3 +122,52 @@ def test_the_group_spec_is_exported_only_when_the_chart_set_one() -> None:
     state.group_spec = "0123abcd"
     assert 'multinode_llm_group_info{group_spec="0123abcd",role="head"} 1.0' in state.metrics()
     assert state.status()["group_spec"] == "0123abcd"
+
+
+MP_SERVING = replace(SERVING, executor="mp", ray_running=False)
+MP_WORKER = WorkerFacts(
+    executor="mp",
+    head="h:8081",
+    rank=1,
+    joined=True,
+    head_reachable=True,
+    engine_started=True,
+    engine_running=True,
+)
+
+
+def test_an_mp_head_runs_without_ray() -> None:
+    assert _answers(MP_SERVING) == (True, True, True)
+    assert head_probes(MP_SERVING).live.reason == "vLLM runs; the group is complete"
+    stopped = replace(MP_SERVING, engine_running=False)
+    assert not head_probes(stopped).live.ok
+    state = HealthState(role="head")
+    state.update(stopped)
+    assert state.kill_cause() == "engine_exited"
+    state.update(replace(MP_SERVING, nodes=1, gpus=1))  # a rank lost after the group formed
+    assert state.kill_cause() == "worker_lost"
+
+
+def test_mp_worker_states() -> None:
+    waiting = replace(MP_WORKER, rank=None, joined=False, engine_started=False)
+    assert worker_probes(waiting).startup.reason == "waiting for a rank from the head at h:8081"
+    assert worker_probes(waiting).live.ok
+    starting = replace(MP_WORKER, engine_started=False, engine_running=False)
+    assert worker_probes(starting).ready.reason == "rank 1: starting vLLM (headless)"
+    assert worker_probes(MP_WORKER).ready == worker_probes(MP_WORKER).live
+    assert (
+        worker_probes(MP_WORKER).ready.reason
+        == "rank 1 of the head at h:8081; vLLM (headless) runs"
+    )
+    state = HealthState(role="worker")
+    state.update(replace(MP_WORKER, engine_running=False))
+    assert (state.probes.live.reason, state.kill_cause()) == (
+        "vLLM (headless) is not running",
+        "engine_exited",
+    )
+    state.update(replace(MP_WORKER, head_reachable=False))
+    assert state.kill_cause() == "head_lost"
+    assert 'multinode_llm_head_reachable{role="worker"} 0.0' in state.metrics()
+    assert 'multinode_llm_worker_joined{role="worker"} 1.0' in state.metrics()
+    state.update(replace(MP_WORKER, engine_running=False))
+    assert 'multinode_llm_worker_joined{role="worker"} 0.0' in state.metrics()
