@@ -105,3 +105,13 @@ def test_status_without_a_cluster_says_so() -> None:
     result = _cli("status", "--prefix", PREFIX)
     assert result.returncode == 1
     assert result.stdout.strip() == f"no local cluster with prefix {PREFIX} is up"
+
+
+def test_mp_on_a_kserve_release_without_the_mode_names_the_releases_that_have_it() -> None:
+    line = _one_line(
+        _cli("up", "--prefix", PREFIX, "--set", "group.executor=mp", "--kserve-version", "0.17")
+    )
+    assert line.startswith("multinode-llm-local: helm refused the values:")
+    assert "group.executor=mp needs KServe's Ray-less multi-node mode, which KServe 0.17.1" in line
+    assert "set kserve.version to it, or use group.executor=ray" in line
+    assert namespaces_with_prefix(PREFIX) == []
