@@ -114,6 +114,12 @@ class Options:
     throughput_requests: int = 96
     throughput_concurrency: int = 8
     throughput_tokens: int = 32
+    # VLLM_CPU_OMP_THREADS_BIND of the mp group's pods. vLLM's mp executor on CPU binds each rank's
+    # threads to the cores of its node ("auto": core 0 here, core 1 kept for its scheduler); every
+    # pod of the local cluster shares this one machine, so both ranks would sit on core 0. With
+    # "nobind" they use the machine's cores as the Ray executor's ranks do (it binds nothing).
+    # "auto": what vLLM does by default (one node per pod on a real cluster).
+    mp_thread_binding: str = "nobind"
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.executors if name not in EXECUTORS]
@@ -168,10 +174,10 @@ def measure(options: Options, claim: Path, log: Callable[[str], None]) -> list[F
                 _group_run(options, claim, log, executor, measured[executor], of, last)
     figures: list[Figure] = []
     for executor, runs in measured.items():
-        figures += _startup_figures(executor, runs, plain, load)
+        figures += _startup_figures(executor, runs, plain, options, load)
         figures.append(_throughput_figure(executor, runs, plain, options, load))
         if options.recovery:
-            figures += _recovery_figures(executor, runs, plain, load)
+            figures += _recovery_figures(executor, runs, plain, options, load)
     if options.recovery and {"ray", "mp"} <= measured.keys():
         figures.append(_recovery_comparison(measured["mp"], measured["ray"], load))
     return figures
@@ -187,7 +193,7 @@ def _group_run(
     last: bool,
 ) -> None:
     label = LABELS[executor]
-    with _LocalGroup(claim, log, executor) as group:
+    with _LocalGroup(claim, log, executor, options.mp_thread_binding) as group:
         runs.starts.append(group.start())
         ready = runs.starts[-1].since_start()["head pod Ready (kubelet)"]
         head = group.pod("head")["ip"]
@@ -301,10 +307,13 @@ def _lists_model(base: str) -> bool:
 class _LocalGroup:
     """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
 
-    def __init__(self, claim: Path, log: Callable[[str], None], executor: str) -> None:
+    def __init__(
+        self, claim: Path, log: Callable[[str], None], executor: str, thread_binding: str
+    ) -> None:
         self.claim = claim
         self.log = log
         self.executor = executor
+        self.thread_binding = thread_binding
         self.plan: Any = None
 
     def __enter__(self) -> _LocalGroup:
@@ -346,10 +355,12 @@ class _LocalGroup:
         from multinode_llm_local import cluster
 
         prefix, subnet = BENCH_LOCAL.at()
-        # Ray is the chart's default: its group renders exactly as without the value.
-        sets = [f"group.executor={self.executor}"] if self.executor != "ray" else []
         options = cluster.UpOptions(
-            sets=sets, volumes={"models": self.claim}, prefix=prefix, subnet=str(subnet), port=0
+            values=[cluster.DEFAULT_VALUES, *self._values()],
+            volumes={"models": self.claim},
+            prefix=prefix,
+            subnet=str(subnet),
+            port=0,
         )
         self.plan = cluster.start(options, progress=lambda line: self.log(f"  local: {line}"))
         head = next(p for p in self.plan.pods if p.role == "head")
@@ -365,6 +376,21 @@ class _LocalGroup:
         finally:
             watch.stop()
         return self._timeline(head.ip, watch)
+
+    def _values(self) -> list[Path]:
+        """The executor's values beside the built-in local ones; none for Ray, the chart's
+        default (its group renders exactly as without them)."""
+        if self.executor == "ray":
+            return []
+        env = [{"name": "VLLM_CPU_OMP_THREADS_BIND", "value": self.thread_binding}]
+        values = {
+            "group": {"executor": self.executor},
+            "head": {"env": env},
+            "worker": {"env": env},
+        }
+        path = self.claim.parent / f"values-{self.executor}.yaml"
+        path.write_text(json.dumps(values))  # JSON is YAML
+        return [path]
 
     def _head_ready_or_failed(self) -> bool:
         head = self.pod("head")
@@ -515,10 +541,14 @@ def kserve_ready_delay() -> float:
     )
 
 
-def _config(executor: str, plain: Plain) -> dict[str, Any]:
+def _config(executor: str, plain: Plain, options: Options) -> dict[str, Any]:
     """What every figure of one executor's group carries: the executor, the group, the plain
     server's runs (its baseline)."""
-    values = "built-in local values" + ("" if executor == "ray" else f", group.executor={executor}")
+    values = "built-in local values"
+    if executor != "ray":
+        values += (
+            f", group.executor={executor}, VLLM_CPU_OMP_THREADS_BIND={options.mp_thread_binding}"
+        )
     return {
         "executor": executor,
         "group": f"the chart's PP=2 TP=1 group ({values}: probes every 2 s)",
@@ -530,10 +560,16 @@ def _config(executor: str, plain: Plain) -> dict[str, Any]:
     }
 
 
-def _startup_figures(executor: str, runs: Measured, plain: Plain, load: Load) -> list[Figure]:
+def _startup_figures(
+    executor: str, runs: Measured, plain: Plain, options: Options, load: Load
+) -> list[Figure]:
     label = LABELS[executor]
     timelines = [start.since_start() for start in runs.starts]
-    config = {**_config(executor, plain), "repetitions": len(timelines), "timelines_s": timelines}
+    config = {
+        **_config(executor, plain, options),
+        "repetitions": len(timelines),
+        "timelines_s": timelines,
+    }
     plain_s = statistics.median(plain.seconds)
 
     def median(pick: Callable[[dict[str, float]], float]) -> float:
@@ -632,7 +668,7 @@ def _throughput_figure(
         baseline=statistics.median(plain.throughput),
         baseline_name="one plain vLLM server (the same load)",
         config={
-            **_config(executor, plain),
+            **_config(executor, plain, options),
             "row": ROW_THROUGHPUT,
             "load": load_text,
             "client": "bench.loadgen on the host; the group's head over the bridge, plain vLLM "
@@ -660,10 +696,12 @@ def kserve_recovery_detection() -> float:
     return KSERVE_LIVENESS["period"] * KSERVE_LIVENESS["failures"] + KSERVE_EXEC_PROBE_S
 
 
-def _recovery_figures(executor: str, runs: Measured, plain: Plain, load: Load) -> list[Figure]:
+def _recovery_figures(
+    executor: str, runs: Measured, plain: Plain, options: Options, load: Load
+) -> list[Figure]:
     label = LABELS[executor]
     config = {
-        **_config(executor, plain),
+        **_config(executor, plain, options),
         "fault": "SIGKILL to the worker container's PID 1 (its whole PID namespace dies)",
         "stages_s": runs.recovery,
         "head_previous_container_ended": runs.how,
