@@ -6,7 +6,9 @@ vLLM (the `vllm` mark: the machine-wide vLLM lock), and no GPU mock: vLLM's CPU 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -114,6 +116,18 @@ def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
     wait_until(lambda: _epoch(worker) not in (None, first_epoch), 120, "a rank in the new epoch")
     assert _rank(worker) == 1
 
+    # The worker's vLLM dies: the worker says so to the head (a leave), and both exit at once.
+    headless = wait_until(lambda: _headless_pid(worker), 60, "the worker's headless vLLM")
+    died = time.monotonic()
+    os.kill(headless, signal.SIGKILL)
+    assert worker.wait_exit(timeout=60) == 1
+    assert head.wait_exit(timeout=60) == 1
+    timing.append(("mp: worker's vLLM killed -> head exits non-zero", time.monotonic() - died))
+    assert "exit 1: vLLM (headless, rank 1) exited with code" in worker.log().splitlines()[-1]
+    last = head.log().splitlines()[-1]
+    assert "exit 1: worker rank 1 (pod worker, " in last, last
+    assert ") left; exiting so that the head restarts" in last, last
+
 
 @pytest.mark.vllm
 def test_mp_head_without_its_worker_exits_at_the_deadline_naming_the_rank(
@@ -152,6 +166,14 @@ def test_mp_worker_without_a_head_exits_at_the_deadline(cluster: Cluster, timing
     last = worker.log().splitlines()[-1]
     assert "granted no rank within 5 s (--wait-timeout, GROUP_WAIT_TIMEOUT): " in last, last
     assert "its name does not resolve" in last  # no head pod: no address in the pod's hosts
+
+
+def _headless_pid(worker: Pod) -> int | None:
+    """The worker's vLLM: the process started as `python -m multinode_llm.serving.headless`."""
+    for pid in _pids(worker):
+        if "multinode_llm.serving.headless" in _read(f"/proc/{pid}/cmdline").replace("\0", " "):
+            return int(pid)
+    return None
 
 
 def _rank(worker: Pod) -> int | None:
