@@ -121,3 +121,11 @@ def test_the_ray_head_gets_no_mp_flags() -> None:
     argv = engine_command(head_config(ENV, {}), python="python")
     assert not {"--nnodes", "--node-rank", "--master-addr", "--master-port"} & set(argv)
     assert engine_env(head_config(ENV, {}), {})["RAY_ADDRESS"] == "10.0.0.5:6379"
+
+
+def test_the_executor_and_master_port_flags_reach_vllm() -> None:
+    flags = _head_args(["--executor", "mp", "--master-port", "29700", "--gpus", "8"])
+    argv = engine_command(head_config(ENV, flags), python="python")
+    assert _flag(argv, "--distributed-executor-backend") == "mp"
+    assert _flag(argv, "--master-port") == "29700"
+    assert "--executor" not in argv  # the supervisor's own flags never reach vLLM
