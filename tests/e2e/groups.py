@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -115,6 +117,32 @@ class LocalGroup:
         os.kill(int(container["init_pid"]), signal.SIGKILL)
         return time.time()
 
+    def kill_netns(self, role: str) -> list[int]:
+        """SIGKILL every process in the first ``role`` pod's network namespace, once (the kubelet
+        then restarts the container in the same namespace, as after a node's processes die)."""
+        pids = netns_pids(self.pod(role)["netns"])
+        assert pids, f"nothing runs in the {role} pod"
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
+
+    def processes(self) -> dict[str, dict[int, str]]:
+        """Each running pod's processes (every PID of its network namespace): pod name -> PID
+        -> command."""
+        return {
+            pod["name"]: {pid: command_of(pid) for pid in netns_pids(pod["netns"])}
+            for pod in self.status()["pods"]
+            if pod["netns"]
+        }
+
+    def status_json(self, role: str) -> dict[str, Any]:
+        """The first ``role`` pod's ``/status`` on its status port (the supervisor's facts)."""
+        url = f"http://{self.pod(role)['ip']}:{STATUS_PORT}/status"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            body: dict[str, Any] = json.loads(answer.read())
+        return body
+
     def exec(self, role: str, argv: Sequence[str], timeout: float = 120) -> str:
         """Run a command in the pod's container (as ``kubectl exec`` would); return its stdout."""
         command = cluster.exec_in_pod(self.prefix, role, argv)
@@ -136,6 +164,55 @@ class LocalGroup:
         container = self.pod(role)["containers"][0]
         path = (container.get("last_state") or {}).get("log") if previous else container.get("log")
         return Path(path).read_text(errors="replace") if path else ""
+
+
+def netns_pids(namespace: str) -> list[int]:
+    listing = subprocess.run(
+        ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
+    )
+    return [int(pid) for pid in listing.stdout.split()]
+
+
+def command_of(pid: int) -> str:
+    """A process's command line and its name (Ray renames its workers ``ray::...``); "" once
+    it is gone."""
+    try:
+        argv = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+        name = Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return f"[{name}] {argv.strip()}"
+
+
+# A Ray process, by its command line or name: the raylet, the GCS, `ray start`, Ray's own Python
+# processes (dashboard, log monitor, ...: they run from Ray's package) and its workers.
+RAY_PROCESS = re.compile(r"raylet|gcs_server|\bray::|(^|[ /])ray start\b|/site-packages/ray/")
+# What runs vLLM in an mp pod: rank 0's OpenAI server on the head, the headless entry on workers.
+MP_ENGINE = {
+    "head": "-m vllm.entrypoints.openai.api_server ",
+    "worker": "-m multinode_llm.serving.headless ",
+}
+
+
+def check_no_ray(group: LocalGroup) -> None:
+    """No Ray process in any pod's network namespace, vLLM's own ranks in each, and no
+    supervisor that imported Ray (vLLM's processes may load Ray's library where it is installed:
+    that starts nothing; docs/executors.md)."""
+    for pod in group.status()["pods"]:
+        processes = group.processes()[pod["name"]]
+        ray = [command for command in processes.values() if RAY_PROCESS.search(command)]
+        assert ray == [], f"Ray runs in {pod['name']}: {ray}"
+        engine = MP_ENGINE[pod["role"]]
+        assert any(engine in command for command in processes.values()), (pod["name"], processes)
+        [supervisor] = [
+            pid
+            for pid, command in processes.items()
+            if f"multinode-llm {pod['role']}" in command.partition("] ")[2]
+        ]
+        maps = Path(f"/proc/{supervisor}/maps").read_text()
+        assert "_raylet" not in maps, f"the supervisor of {pod['name']} imported Ray"
 
 
 def _free_prefix() -> Iterator[tuple[str, str]]:
