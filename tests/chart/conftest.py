@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from chartlib import HELM_MAJORS, helm
+from multinode_llm_testing.chartlib import HELM_MAJORS, helm
 
 
 def pytest_configure(config: pytest.Config) -> None:

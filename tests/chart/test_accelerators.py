@@ -9,11 +9,19 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, NAMESPACE, RELEASE, Render, accelerators, run_with_values, template
 from multinode_llm.accelerator import Accelerator
 from multinode_llm.config import Node, RayPorts
 from multinode_llm.group import ray_node
 from multinode_llm.group.network import collective_env
+from multinode_llm_testing.chartlib import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    Render,
+    accelerators,
+    run_with_values,
+    template,
+)
 
 TABLE = accelerators()
 MODEL = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}}

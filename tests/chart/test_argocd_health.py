@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chartlib import CHART, kserve_releases
 from multinode_llm_local.k8s import deployment_status
 from multinode_llm_local.kserve import releases, status
+from multinode_llm_testing.chartlib import CHART, kserve_releases
 
 lua51 = pytest.importorskip("lupa.lua51", reason="lupa is installed by tox -e chart")
 CHECK = CHART / "files" / "argocd-health-inferenceservice.lua"

@@ -9,7 +9,13 @@ import re
 from typing import Any
 
 import pytest
-from chartlib import NAMESPACE, deep_merge, install_dry_run, scenarios, template
+from multinode_llm_testing.chartlib import (
+    NAMESPACE,
+    deep_merge,
+    install_dry_run,
+    scenarios,
+    template,
+)
 
 SCENARIOS = scenarios()
 CACHE_ONLY: dict[str, Any] = {"modelCache": {"enabled": True}}

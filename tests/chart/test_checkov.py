@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from chartlib import scenarios, template
+from multinode_llm_testing.chartlib import scenarios, template
 
 pytestmark = pytest.mark.checkov
 CONFIG = Path(__file__).with_name("checkov.yaml")

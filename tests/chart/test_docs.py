@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, ROOT, hack_script, run_helm
+from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, run_helm
 
 
 def values_docs() -> ModuleType:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chartlib import install_dry_run, kserve_releases, template
 from crdschema import crd_schemas_from_env, schema_errors
+from multinode_llm_testing.chartlib import install_dry_run, kserve_releases, template
 
 EXECUTOR_ANNOTATION = "multinode/executor-backend"
 # The render docs/executors.md shows: helm template x charts/multinode-llm --set ...

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chartlib import EXAMPLES, template
+from multinode_llm_testing.chartlib import EXAMPLES, template
 
 VALUES = sorted(EXAMPLES.glob("values-*.yaml"))
 

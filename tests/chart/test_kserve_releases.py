@@ -18,10 +18,16 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, install_dry_run, kserve_releases, run_helm, template
 from multinode_llm.config import head_config, worker_config
 from multinode_llm_local import kserve
 from multinode_llm_local.kserve import admission, controller, releases, status
+from multinode_llm_testing.chartlib import (
+    CHART,
+    install_dry_run,
+    kserve_releases,
+    run_helm,
+    template,
+)
 
 TABLE = kserve_releases()
 SUPPORTED = [v for v, r in TABLE["releases"].items() if r["status"] == "supported"]

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from chartlib import CHART, ROOT, run_helm, scenarios, template
+from multinode_llm_testing.chartlib import CHART, ROOT, run_helm, scenarios, template
 
 SCENARIOS = scenarios()
 

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 from alerttests import unit_tests
-from chartlib import (
+from crdschema import crd_schemas_from_env, schema_errors
+from multinode_llm_local import kserve
+from multinode_llm_testing.chartlib import (
     EXAMPLES,
     MONITORING_KINDS,
     NAMESPACE,
@@ -31,8 +33,6 @@ from chartlib import (
     helm,
     template,
 )
-from crdschema import crd_schemas_from_env, schema_errors
-from multinode_llm_local import kserve
 from scrapelabels import (
     endpoint_target,
     pod_meta,

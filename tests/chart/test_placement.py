@@ -11,9 +11,9 @@ import copy
 from typing import Any
 
 import pytest
-from chartlib import EXAMPLES, install_dry_run, load_values_file, template
 from multinode_llm_local import kserve
 from multinode_llm_local.kserve import controller, releases
+from multinode_llm_testing.chartlib import EXAMPLES, install_dry_run, load_values_file, template
 
 SUPPORTED = releases.versions("supported")
 PLACEMENT = load_values_file(EXAMPLES / "values-placement-rdma.yaml")

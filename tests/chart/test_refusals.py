@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from chartlib import RELEASE, deep_merge, install_dry_run, template
+from multinode_llm_testing.chartlib import RELEASE, deep_merge, install_dry_run, template
 
 GOOD: dict[str, Any] = {
     "model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"},

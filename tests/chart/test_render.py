@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chartlib import (
+from multinode_llm_testing.chartlib import (
     accelerators,
     deep_merge,
     helm,

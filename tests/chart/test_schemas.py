@@ -10,7 +10,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-from chartlib import (
+from crdschema import crd_schemas_from_env, schema_errors
+from multinode_llm_testing.chartlib import (
     KSERVE_KINDS,
     KUBE_HIGHEST,
     KUBE_LOWEST,
@@ -20,7 +21,6 @@ from chartlib import (
     scenarios,
     template,
 )
-from crdschema import crd_schemas_from_env, schema_errors
 from referencing import Registry, Resource
 
 SCENARIOS = scenarios()

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, ROOT, hack_script, helm
 from multinode_llm_local import kserve
 from multinode_llm_local.kserve import releases
+from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, helm
 
 SCRIPT = ROOT / "hack" / "upgrade-matrix.py"
 

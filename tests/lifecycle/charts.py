@@ -1,5 +1,6 @@
-"""The two charts the findings compare, rendered with the real helm binaries (tests/chart/chartlib):
-the chart before the lifecycle fixes (git history, ``OLD_COMMIT``) and the working tree's."""
+"""The two charts the findings compare, rendered with the real helm binaries
+(multinode_llm_testing.chartlib): the chart before the lifecycle fixes (git history,
+``OLD_COMMIT``) and the working tree's."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from tests.chart import chartlib
+from multinode_llm_testing import chartlib
 
 # The chart before the lifecycle fixes: the model volume a pre-install and PreSync hook, the
 # runtime a ClusterServingRuntime named after the release.

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tests.chart import chartlib
+from multinode_llm_testing import chartlib
 
 
 @pytest.fixture(params=chartlib.HELM_MAJORS)

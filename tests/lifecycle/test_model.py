@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from multinode_llm_testing import chartlib
 
-from tests.chart import chartlib
 from tests.lifecycle import argo_model
 from tests.lifecycle.charts import CHARTS, component, release_record, render
 from tests.lifecycle.cluster import Doc

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multinode_llm_testing import chartlib
 
-from tests.chart import chartlib
 from tests.lifecycle.argo_model import ArgoCD
 from tests.lifecycle.charts import render
 from tests.lifecycle.cluster import CLUSTER_SCOPED, Doc, FakeCluster, Key, Live

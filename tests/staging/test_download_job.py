@@ -1,7 +1,7 @@
 """The chart's download Job (templates/model-download.yaml), rendered by real helm and run here as
-its pod would run (tests/storage/pod.py stands in for the kubelet): `multinode-llm stage` with the
-rendered arguments and environment, on a fresh claim, against the fake Hub. The snapshot lands where
-the InferenceService reads it, as the revision its head is told.
+its pod would run (multinode_llm_testing.job_pod stands in for the kubelet): `multinode-llm stage`
+with the rendered arguments and environment, on a fresh claim, against the fake Hub. The snapshot
+lands where the InferenceService reads it, as the revision its head is told.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 from multinode_llm.staging import layout
+from multinode_llm_testing import chartlib
 from multinode_llm_testing.cache import assert_same_files, model_files
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
-
-from tests.chart import chartlib
-from tests.storage.pod import JobPod
+from multinode_llm_testing.job_pod import JobPod
 
 TOKEN, SECRET = "hf_download_job", "hf-token"
 IMAGE = "ghcr.io/multinode-llm/multinode-llm-cache:0.1.0"

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 from multinode_llm_testing.fixtures import fake_hub, start_cache
-
-from tests.storage.sites import Site, build_sites, releases
+from multinode_llm_testing.storage_sites import Site, build_sites, releases
 
 __all__ = ["fake_hub", "start_cache", "storage_sites"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from multinode_llm_testing.cache import assert_same_files, model_files
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.job_pod import initializer_env, model_files_in
+from multinode_llm_testing.storage_sites import Release, Site, releases
 
-from tests.storage.pod import initializer_env, model_files_in
-from tests.storage.sites import Release, Site, releases
 from tests.storage.test_releases import by_version, initialize, site_once
 
 RELEASES = releases()

@@ -2,9 +2,9 @@
 with the huggingface_hub (and hf-xet) its image locks, against the fake Hub.
 
 A release whose storage code and pins equal an earlier one's (0.15.2 = 0.15.1, 0.17.1 = 0.17.0,
-0.18.1 = 0.18.0 today; sites.py compares the files byte for byte) is not run twice: its tests skip,
-naming the release that ran them. test_storage_initializer.py tests the newest client (0.21.0)
-through the cache.
+0.18.1 = 0.18.0 today; multinode_llm_testing.storage_sites compares the files byte for byte) is
+not run twice: its tests skip, naming the release that ran them. test_storage_initializer.py tests
+the newest client (0.21.0) through the cache.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 from multinode_llm_testing.cache import assert_same_files, model_files
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
-
-from tests.storage.pod import initializer_env, model_files_in
-from tests.storage.sites import Release, Site, releases
+from multinode_llm_testing.job_pod import initializer_env, model_files_in
+from multinode_llm_testing.storage_sites import Release, Site, releases
 
 RELEASES = releases()
 TIMEOUT = 180

@@ -3,25 +3,15 @@ name a key the comments and the schema disagree on."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from multinode_llm_testing.chartlib import hack_script
 
 
 def values_docs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("values_docs", ROOT / "hack" / "values-docs.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return hack_script("values-docs")
 
 
 VALUES = """\

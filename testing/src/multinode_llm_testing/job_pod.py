@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.storage.sites import Site
+from multinode_llm_testing.storage_sites import Site
 
 COMMANDS = frozenset({"mkdir", "multinode-llm"})
 TIMEOUT = 180  # seconds for one container

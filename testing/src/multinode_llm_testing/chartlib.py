@@ -1,4 +1,10 @@
-"""Render the chart with the real helm binaries from .tools/bin and read what comes out."""
+"""Render the chart with the real helm binaries from .tools/bin and read what comes out.
+
+The checkout (ROOT) is ``$MULTINODE_LLM_CHECKOUT`` when set, else the first folder holding
+``charts/multinode-llm/Chart.yaml`` above this file (``pip install -e ./testing`` runs it from
+``<checkout>/testing/src``), else above the current directory (a wheel in site-packages, run from
+a checkout).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +21,29 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "multinode-llm"
+CHART_IN_CHECKOUT = Path("charts") / "multinode-llm"
+
+
+def find_checkout() -> Path:
+    """The multinode-llm checkout whose chart, hack/ and schemas/ the tests read."""
+    given = os.environ.get("MULTINODE_LLM_CHECKOUT")
+    if given:
+        root = Path(given).resolve()
+        if not (root / CHART_IN_CHECKOUT / "Chart.yaml").is_file():
+            raise RuntimeError(f"MULTINODE_LLM_CHECKOUT={given} holds no {CHART_IN_CHECKOUT}")
+        return root
+    here, cwd = Path(__file__).resolve(), Path.cwd().resolve()
+    for folder in [*here.parents, cwd, *cwd.parents]:
+        if (folder / CHART_IN_CHECKOUT / "Chart.yaml").is_file():
+            return folder
+    raise RuntimeError(
+        f"no multinode-llm checkout ({CHART_IN_CHECKOUT}/Chart.yaml) above {here} or {cwd}:"
+        " run from a checkout or set MULTINODE_LLM_CHECKOUT"
+    )
+
+
+ROOT = find_checkout()
+CHART = ROOT / CHART_IN_CHECKOUT
 
 
 def hack_script(name: str) -> ModuleType:

@@ -1,7 +1,7 @@
 """What KServe's storage-initializer image runs, for one release:
 ``run_initializer.py PACKAGE SRC DEST``.
 
-Run it with ``python -S -P`` and ``PYTHONPATH=<code site>:<deps site>`` (tests/storage/sites.py
+Run it with ``python -S -P`` and ``PYTHONPATH=<code site>:<deps site>`` (storage_sites.py
 builds both): then only the release's own package and the libraries its image pins are importable,
 never this test environment's.
 

@@ -36,12 +36,9 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-import yaml
+from multinode_llm_testing.chartlib import kserve_releases
 
-ROOT = Path(__file__).resolve().parents[2]
-TABLE = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"
 RUNNER = Path(__file__).with_name("run_initializer.py")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / (
     "multinode-llm/storage-sites"
@@ -84,16 +81,10 @@ class Release:
         return (*pinned, *IMPORTS[self.distribution])
 
 
-def load_table() -> dict[str, Any]:
-    table = yaml.safe_load(TABLE.read_text())
-    assert isinstance(table, dict), TABLE
-    return table
-
-
 def releases(status: str = "supported") -> list[Release]:
     """The table's releases of ``status`` with a storage initializer entry, in table order."""
     found = []
-    for version, entry in load_table()["releases"].items():
+    for version, entry in kserve_releases()["releases"].items():
         storage = entry.get("storageInitializer")
         if entry["status"] != status or storage is None:
             continue
