@@ -1,7 +1,8 @@
 """mp groups (vLLM's own multi-node executor, no Ray) with real vLLM on CPU, pods in namespaces.
 
-The head hands out node ranks over its status port; the worker runs its rank headless. These start
-vLLM (the `vllm` mark: the machine-wide vLLM lock), and no GPU mock: vLLM's CPU platform runs mp.
+The head hands out node ranks over its status port; the worker runs its rank headless. Those that
+start vLLM hold the machine-wide vLLM lock (the `vllm` mark). No fake GPU, as in the local
+cluster's mp pods: there is no Ray to show it to, and vLLM's CPU platform runs mp as it is.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ READY_TIMEOUT_S = 480  # ~75 s on an idle 2-core machine; shared machines are sl
 def _group_env(model: Path, **overrides: str) -> dict[str, str]:
     return {
         "MULTINODE_LLM_EXECUTOR": "mp",
-        "MULTINODE_LLM_GPU_MOCK": "0",  # vLLM's CPU platform runs mp as it is
+        "MULTINODE_LLM_GPU_MOCK": "0",  # the suite's default is on, for Ray
+        # vLLM's mp executor binds each rank's threads to core 0 of its node: unbound, both
+        # "nodes" share this machine's cores, as the local cluster's mp pods do.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "RAY_NODE_COUNT": "2",
         "REQUEST_GPU_COUNT": "1",
         "TENSOR_PARALLEL_SIZE": "1",
