@@ -130,7 +130,7 @@ def test_the_local_cluster_mocks_gpus_for_every_pod_and_nothing_else_does(
     assert "MULTINODE_LLM_GPU_MOCK" not in RENDERED.read_text()
 
 
-def test_mp_pods_get_no_fake_gpu_and_unbound_ranks_unless_the_container_says_otherwise(
+def test_mp_pods_get_their_gpu_count_and_unbound_ranks_unless_the_container_says_otherwise(
     tmp_path: Path,
 ) -> None:
     def env_of(*extra: dict[str, str]) -> dict[str, str]:
@@ -139,11 +139,16 @@ def test_mp_pods_get_no_fake_gpu_and_unbound_ranks_unless_the_container_says_oth
 
     assert env_of()["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert env_of()["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert "MULTINODE_LLM_GPU_MOCK" not in env_of()  # no Ray, no fake GPU
+    # the fake GPU counts the pod's two GPUs as vLLM's local devices
+    assert (env_of()["MULTINODE_LLM_GPU_MOCK"], env_of()["MULTINODE_LLM_GPU_MOCK_DEVICES"]) == (
+        "1",
+        "2",
+    )
     kept = env_of({"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "auto"})
     assert kept["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
     ray = plan_pod(_identity(tmp_path), _pod_spec(), [], {}).containers[0].env
     assert "VLLM_CPU_OMP_THREADS_BIND" not in ray
+    assert "MULTINODE_LLM_GPU_MOCK_DEVICES" not in ray  # Ray keeps the CPU platform's count
 
 
 def test_expand_leaves_unknown_references_and_unescapes_dollars() -> None:

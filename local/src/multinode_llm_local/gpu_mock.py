@@ -25,6 +25,12 @@ import os
 from typing import Any
 
 ENV = "MULTINODE_LLM_GPU_MOCK"
+# Set by the local cluster for mp pods only: the pod's GPU count, which the platform reports as its
+# device count. vLLM's mp executor tells the ranks of one node by ``rank // device_count()``
+# (MessageQueue.create_from_process_group_single_reader), and the CPU platform counts one device,
+# so with TP 2 the head's second rank would take itself for another node's and vLLM fails to
+# start. The Ray path keeps the CPU platform's count (Ray's placement reads it).
+DEVICES_ENV = "MULTINODE_LLM_GPU_MOCK_DEVICES"
 PLATFORM = f"{__name__}.GpuMockPlatform"
 COMMUNICATOR = f"{__name__}.PodLocalCommunicator"
 
@@ -38,15 +44,15 @@ def __getattr__(name: str) -> Any:
     if name == "GpuMockPlatform":
         from vllm.platforms.cpu import CpuPlatform  # only vLLM, once activated, gets here
 
-        built: Any = type(
-            "GpuMockPlatform",
-            (CpuPlatform,),
-            {
-                "ray_device_key": "GPU",
-                "get_device_communicator_cls": classmethod(lambda cls: COMMUNICATOR),
-                "__doc__": "vLLM's CPU platform, with Ray GPUs as its devices (FAKE).",
-            },
-        )
+        members: dict[str, Any] = {
+            "ray_device_key": "GPU",
+            "get_device_communicator_cls": classmethod(lambda cls: COMMUNICATOR),
+            "__doc__": "vLLM's CPU platform, with Ray GPUs as its devices (FAKE).",
+        }
+        devices = os.environ.get(DEVICES_ENV, "")
+        if devices.isdigit() and int(devices) > 0:
+            members["device_count"] = classmethod(lambda cls: int(devices))
+        built: Any = type("GpuMockPlatform", (CpuPlatform,), members)
     elif name == "PodLocalCommunicator":
         built = _pod_local_communicator()
     else:

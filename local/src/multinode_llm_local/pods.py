@@ -27,13 +27,13 @@ from multinode_llm_local.k8s import Obj, find, quantity
 # claim Ray's "GPU" resource, and a small KV cache so several engines fit on one machine. Only the
 # local cluster sets these (docs/cpu-groups.md, "The fake GPU").
 GPU_MOCK_ENV: Mapping[str, str] = {"MULTINODE_LLM_GPU_MOCK": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-# The mp executor's pods (MULTINODE_LLM_EXECUTOR=mp) get no fake GPU: there is no Ray to show it
-# to, and vLLM's CPU platform runs mp as it is (each node's ranks name their shared-memory group
-# after their own rendezvous file, so no group spans pods' /dev/shm). Their ranks bind their
+# The mp executor's pods (MULTINODE_LLM_EXECUTOR=mp) keep the fake GPU for one thing: vLLM's
+# mp executor counts a node's ranks by the platform's device count, which the CPU platform gives
+# as 1; the mock reports the pod's GPUs instead (gpu_mock.DEVICES_ENV). Their ranks bind their
 # threads to their node's cores (vLLM's "auto": core 0 of this one machine for every pod's rank);
 # unbound, they share the machine's cores as the Ray executor's ranks do. A container that sets
-# one of these itself keeps its value.
-MP_ENV: Mapping[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+# VLLM_CPU_OMP_THREADS_BIND itself keeps its value.
+MP_ENV: Mapping[str, str] = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_SHM_BYTES = 64 * 2**20  # a container runtime's /dev/shm when the pod mounts none
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -270,9 +270,9 @@ def container_env(
                 env[name] = resolved
         else:
             env[name] = expand(str(var.get("value", "")), env)
-    if env.get("MULTINODE_LLM_EXECUTOR") == "mp":
-        return {**MP_ENV, **env}
     env.update(GPU_MOCK_ENV)
+    if env.get("MULTINODE_LLM_EXECUTOR") == "mp":
+        env = {**MP_ENV, **env, "MULTINODE_LLM_GPU_MOCK_DEVICES": str(max(identity.gpus, 1))}
     return env
 
 
