@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,12 +114,16 @@ class Options:
     throughput_requests: int = 96
     throughput_concurrency: int = 8
     throughput_tokens: int = 32
-    # VLLM_CPU_OMP_THREADS_BIND of the mp group's pods. vLLM's mp executor on CPU binds each rank's
-    # threads to the cores of its node ("auto": core 0 here, core 1 kept for its scheduler); every
-    # pod of the local cluster shares this one machine, so both ranks would sit on core 0. With
-    # "nobind" they use the machine's cores as the Ray executor's ranks do (it binds nothing).
-    # "auto": what vLLM does by default (one node per pod on a real cluster).
-    mp_thread_binding: str = "nobind"
+    # Env of the mp group's pods: its ranks run as the Ray executor's do, every pod of the local
+    # cluster sharing this one machine. vLLM's mp executor on CPU binds each rank's threads to the
+    # cores of its node ("auto": core 0 here, core 1 kept for its scheduler), so both ranks would
+    # sit on core 0; unbound, each rank's OpenMP would start a thread per core of the machine, and
+    # two ranks' spinning threads on two cores served 0.12x the Ray group's throughput. Ray starts
+    # its workers with OMP_NUM_THREADS=1. Empty: vLLM's defaults (right where a pod is a node).
+    mp_env: tuple[tuple[str, str], ...] = (
+        ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        ("OMP_NUM_THREADS", "1"),
+    )
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.executors if name not in EXECUTORS]
@@ -193,7 +197,7 @@ def _group_run(
     last: bool,
 ) -> None:
     label = LABELS[executor]
-    with _LocalGroup(claim, log, executor, options.mp_thread_binding) as group:
+    with _LocalGroup(claim, log, executor, options.mp_env) as group:
         runs.starts.append(group.start())
         ready = runs.starts[-1].since_start()["head pod Ready (kubelet)"]
         head = group.pod("head")["ip"]
@@ -308,12 +312,12 @@ class _LocalGroup:
     """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
 
     def __init__(
-        self, claim: Path, log: Callable[[str], None], executor: str, thread_binding: str
+        self, claim: Path, log: Callable[[str], None], executor: str, env: Sequence[tuple[str, str]]
     ) -> None:
         self.claim = claim
         self.log = log
         self.executor = executor
-        self.thread_binding = thread_binding
+        self.env = env
         self.plan: Any = None
 
     def __enter__(self) -> _LocalGroup:
@@ -382,7 +386,7 @@ class _LocalGroup:
         default (its group renders exactly as without them)."""
         if self.executor == "ray":
             return []
-        env = [{"name": "VLLM_CPU_OMP_THREADS_BIND", "value": self.thread_binding}]
+        env = [{"name": name, "value": value} for name, value in self.env]
         values = {
             "group": {"executor": self.executor},
             "head": {"env": env},
@@ -546,9 +550,8 @@ def _config(executor: str, plain: Plain, options: Options) -> dict[str, Any]:
     server's runs (its baseline)."""
     values = "built-in local values"
     if executor != "ray":
-        values += (
-            f", group.executor={executor}, VLLM_CPU_OMP_THREADS_BIND={options.mp_thread_binding}"
-        )
+        env = ", ".join(f"{name}={value}" for name, value in options.mp_env)
+        values += f", group.executor={executor}, env {env or '(none)'}"
     return {
         "executor": executor,
         "group": f"the chart's PP=2 TP=1 group ({values}: probes every 2 s)",
