@@ -32,8 +32,8 @@ RECORD_KEYS = {
     "skipped",
 }
 
-# The quick run took 9.5 minutes on the shared 2-core machine at a load average of 7-11 (the group
-# benchmark alone 7: it starts a plain server, a Ray and an mp group, and recovers both groups).
+# The quick run took 5.8 minutes on the shared 2-core machine, 9.5 at a load average of 7-11 (the
+# group benchmark starts a plain server, a Ray and an mp group, and recovers both groups).
 pytestmark = pytest.mark.timeout(1560)
 
 
