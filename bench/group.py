@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,16 +114,6 @@ class Options:
     throughput_requests: int = 96
     throughput_concurrency: int = 8
     throughput_tokens: int = 32
-    # Env of the mp group's pods: its ranks run as the Ray executor's do, every pod of the local
-    # cluster sharing this one machine. vLLM's mp executor on CPU binds each rank's threads to the
-    # cores of its node ("auto": core 0 here, core 1 kept for its scheduler), so both ranks would
-    # sit on core 0; unbound, each rank's OpenMP would start a thread per core of the machine, and
-    # two ranks' spinning threads on two cores served 0.12x the Ray group's throughput. Ray starts
-    # its workers with OMP_NUM_THREADS=1. Empty: vLLM's defaults (right where a pod is a node).
-    mp_env: tuple[tuple[str, str], ...] = (
-        ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-        ("OMP_NUM_THREADS", "1"),
-    )
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.executors if name not in EXECUTORS]
@@ -197,7 +187,7 @@ def _group_run(
     last: bool,
 ) -> None:
     label = LABELS[executor]
-    with _LocalGroup(claim, log, executor, options.mp_env) as group:
+    with _LocalGroup(claim, log, executor) as group:
         runs.starts.append(group.start())
         ready = runs.starts[-1].since_start()["head pod Ready (kubelet)"]
         head = group.pod("head")["ip"]
@@ -311,13 +301,10 @@ def _lists_model(base: str) -> bool:
 class _LocalGroup:
     """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
 
-    def __init__(
-        self, claim: Path, log: Callable[[str], None], executor: str, env: Sequence[tuple[str, str]]
-    ) -> None:
+    def __init__(self, claim: Path, log: Callable[[str], None], executor: str) -> None:
         self.claim = claim
         self.log = log
         self.executor = executor
-        self.env = env
         self.plan: Any = None
 
     def __enter__(self) -> _LocalGroup:
@@ -386,12 +373,7 @@ class _LocalGroup:
         default (its group renders exactly as without them)."""
         if self.executor == "ray":
             return []
-        env = [{"name": name, "value": value} for name, value in self.env]
-        values = {
-            "group": {"executor": self.executor},
-            "head": {"env": env},
-            "worker": {"env": env},
-        }
+        values = {"group": {"executor": self.executor}}
         path = self.claim.parent / f"values-{self.executor}.yaml"
         path.write_text(json.dumps(values))  # JSON is YAML
         return [path]
@@ -550,8 +532,10 @@ def _config(executor: str, plain: Plain, options: Options) -> dict[str, Any]:
     server's runs (its baseline)."""
     values = "built-in local values"
     if executor != "ray":
-        env = ", ".join(f"{name}={value}" for name, value in options.mp_env)
-        values += f", group.executor={executor}, env {env or '(none)'}"
+        from multinode_llm_local.pods import MP_ENV
+
+        env = ", ".join(f"{name}={value}" for name, value in MP_ENV.items())
+        values += f", group.executor={executor}, the local cluster's mp pod env {env}"
     return {
         "executor": executor,
         "group": f"the chart's PP=2 TP=1 group ({values}: probes every 2 s)",

@@ -138,6 +138,7 @@ def test_mp_pods_get_their_gpu_count_and_unbound_ranks_unless_the_container_says
         return plan_pod(_identity(tmp_path), spec, [], {}).containers[0].env
 
     assert env_of()["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert env_of()["OMP_NUM_THREADS"] == "1"
     assert env_of()["VLLM_CPU_KVCACHE_SPACE"] == "1"
     # the fake GPU counts the pod's two GPUs as vLLM's local devices
     assert (env_of()["MULTINODE_LLM_GPU_MOCK"], env_of()["MULTINODE_LLM_GPU_MOCK_DEVICES"]) == (
@@ -146,8 +147,10 @@ def test_mp_pods_get_their_gpu_count_and_unbound_ranks_unless_the_container_says
     )
     kept = env_of({"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "auto"})
     assert kept["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+    assert env_of({"name": "OMP_NUM_THREADS", "value": "2"})["OMP_NUM_THREADS"] == "2"
     ray = plan_pod(_identity(tmp_path), _pod_spec(), [], {}).containers[0].env
     assert "VLLM_CPU_OMP_THREADS_BIND" not in ray
+    assert "OMP_NUM_THREADS" not in ray
     assert "MULTINODE_LLM_GPU_MOCK_DEVICES" not in ray  # Ray keeps the CPU platform's count
 
 

@@ -31,9 +31,11 @@ GPU_MOCK_ENV: Mapping[str, str] = {"MULTINODE_LLM_GPU_MOCK": "1", "VLLM_CPU_KVCA
 # mp executor counts a node's ranks by the platform's device count, which the CPU platform gives
 # as 1; the mock reports the pod's GPUs instead (gpu_mock.DEVICES_ENV). Their ranks bind their
 # threads to their node's cores (vLLM's "auto": core 0 of this one machine for every pod's rank);
-# unbound, they share the machine's cores as the Ray executor's ranks do. A container that sets
-# VLLM_CPU_OMP_THREADS_BIND itself keeps its value.
-MP_ENV: Mapping[str, str] = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+# unbound, they share the machine's cores as the Ray executor's ranks do. Unbound, each rank's
+# OpenMP would also start a thread per core of the machine: two ranks spinning on two cores served
+# 0.12x the Ray group's throughput (bench/group.py), so each gets one, as Ray starts its workers
+# with OMP_NUM_THREADS=1. A container that sets either variable itself keeps its value.
+MP_ENV: Mapping[str, str] = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_SHM_BYTES = 64 * 2**20  # a container runtime's /dev/shm when the pod mounts none
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
