@@ -166,6 +166,31 @@ class LocalGroup:
         return Path(path).read_text(errors="replace") if path else ""
 
 
+def head_log_at_its_deadline(group: LocalGroup, wait_s: int) -> tuple[str, float]:
+    """The group's only worker is left Pending (no GPU left for it): wait for the head to exit,
+    check that it failed at its deadline (not before, not much later), and return its last run's
+    log and the seconds the wait took. Either executor's head must do this."""
+    worker = group.pod("worker")
+    assert worker["phase"] == "Pending"
+    assert worker["pending"] == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    started = time.monotonic()
+    group.wait(
+        lambda: group.pod("head")["containers"][0]["last_state"] is not None,
+        wait_s + 120,
+        "the head to exit",
+    )
+    failed_after = time.monotonic() - started
+    last = group.pod("head")["containers"][0]["last_state"]
+    assert last["exit_code"] != 0
+    ran_for = last["finished_at"] - last["started_at"]
+    assert wait_s <= ran_for < wait_s + 60  # it gave up at its deadline, not before, not much later
+    log = Path(last["log"]).read_text(errors="replace")
+    assert f"did not form within {wait_s} s" in log
+    assert "kubectl get pods -l app=isvc." in log  # where to look for the worker
+    assert not group.pod("head")["ready"]
+    return log, failed_after
+
+
 def netns_pids(namespace: str) -> list[int]:
     listing = subprocess.run(
         ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
