@@ -25,6 +25,7 @@ from typing import Any
 
 from multinode_llm_local.netns import NETNS_ETC, Host, Network
 from multinode_llm_testing.namespaces import kill_namespace, remove_links
+from multinode_llm_testing.waits import wait_until
 
 NAMESPACE = "default"
 HEAD_SVC = "tiny-head-1"
@@ -113,6 +114,22 @@ class Cluster:
         pod = Pod(name, host, process, log_path, temp_dir, role, args, pod_env)
         self.pods.append(pod)
         return pod
+
+    def start_group(
+        self, env: Mapping[str, str], *head_args: str, ready_timeout_s: float, what: str
+    ) -> tuple[Pod, Pod]:
+        """A head and one worker that finds it through HEAD_SVC, returned once the head's /ready
+        answers 200; either exiting first fails the test with its log."""
+        head = self.start("head", "head", env, *head_args)
+        worker = self.start("worker", "worker", {**env, "HEAD_SVC": HEAD_SVC})
+
+        def ready() -> bool:
+            assert head.alive(), f"the head exited:\n{head.log()[-3000:]}"
+            assert worker.alive(), f"the worker exited:\n{worker.log()[-3000:]}"
+            return head.get("/ready")[0] == 200
+
+        wait_until(ready, ready_timeout_s, what, interval=0.25)
+        return head, worker
 
     def restart(self, pod: Pod) -> None:
         """Start the pod's container again in the same namespace, as kubelet restarts it."""

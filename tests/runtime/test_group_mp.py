@@ -47,15 +47,13 @@ def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_kille
 ) -> None:
     openai = pytest.importorskip("openai")
     start = time.monotonic()
-    head = cluster.start("head", "head", _group_env(tiny_model), "--max-model-len", "256")
-    worker = cluster.start("worker", "worker", {**_group_env(tiny_model), "HEAD_SVC": HEAD_SVC})
-
-    def ready() -> bool:
-        assert head.alive(), f"the head exited:\n{head.log()[-3000:]}"
-        assert worker.alive(), f"the worker exited:\n{worker.log()[-3000:]}"
-        return head.get("/ready")[0] == 200
-
-    wait_until(ready, READY_TIMEOUT_S, "the mp head to be ready", interval=0.25)
+    head, worker = cluster.start_group(
+        _group_env(tiny_model),
+        "--max-model-len",
+        "256",
+        ready_timeout_s=READY_TIMEOUT_S,
+        what="the mp head to be ready",
+    )
     timing.append(("mp head+worker (PP=2, TP=1): start -> head ready", time.monotonic() - start))
     status = head.get("/status")[1]
     assert status["facts"]["executor"] == "mp"

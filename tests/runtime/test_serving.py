@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from multinode_llm_testing.waits import wait_until
-from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod
+from runtime_harness import HTTP_PORT, Cluster, Pod
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -57,15 +57,13 @@ def test_group_serves_through_openai_and_loses_liveness_with_its_worker(
 ) -> None:
     openai = pytest.importorskip("openai")
     start = time.monotonic()
-    head = cluster.start("head", "head", _group_env(tiny_model), "--max-model-len", "256")
-    worker = cluster.start("worker", "worker", {**_group_env(tiny_model), "HEAD_SVC": HEAD_SVC})
-
-    def ready() -> bool:
-        assert head.alive(), f"the head exited:\n{head.log()[-3000:]}"
-        assert worker.alive(), f"the worker exited:\n{worker.log()[-3000:]}"
-        return head.get("/ready")[0] == 200
-
-    wait_until(ready, READY_TIMEOUT_S, "the head to be ready", interval=0.25)
+    head, worker = cluster.start_group(
+        _group_env(tiny_model),
+        "--max-model-len",
+        "256",
+        ready_timeout_s=READY_TIMEOUT_S,
+        what="the head to be ready",
+    )
     timing.append(("head+worker (PP=2): start -> head ready", time.monotonic() - start))
     status = head.get("/status")[1]
     assert status["facts"]["nodes"] == 2
