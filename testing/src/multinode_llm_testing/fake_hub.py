@@ -69,16 +69,33 @@ class FakeRepo:
     readers: set[str] = field(default_factory=set)  # tokens that may read a private or gated repo
     ungated: set[str] = field(default_factory=set)  # files of a gated repo anyone may read
     lfs_threshold: int = 10 * 1024
-    # path -> (the content hashed, its sha256): hashing a large file on every request would
-    # serialize the fake Hub's one event loop for seconds per request (hundreds of MiB).
-    _sha256: dict[str, tuple[bytes, bytes]] = field(default_factory=dict, repr=False)
+    # (kind, path) -> (the content hashed, its digest): hashing a large file on every request
+    # would serialize the fake Hub's one event loop for seconds per request (hundreds of MiB).
+    _digests: dict[tuple[str, str], tuple[bytes, bytes]] = field(default_factory=dict, repr=False)
+
+    def _digest(self, kind: str, path: str) -> bytes:
+        content = self.files[path]
+        cached = self._digests.get((kind, path))
+        if cached is None or cached[0] is not content:  # a file replaced is hashed again
+            if kind == "sha256":
+                digest = hashlib.sha256(content).digest()
+            elif kind == "xet":
+                digest = hashlib.sha256(b"xet" + content).digest()
+            else:
+                digest = bytes.fromhex(git_sha1(content))
+            cached = self._digests[(kind, path)] = (content, digest)
+        return cached[1]
 
     def sha256(self, path: str) -> bytes:
-        content = self.files[path]
-        cached = self._sha256.get(path)
-        if cached is None or cached[0] is not content:  # a file replaced is hashed again
-            cached = self._sha256[path] = (content, hashlib.sha256(content).digest())
-        return cached[1]
+        return self._digest("sha256", path)
+
+    def git_oid(self, path: str) -> str:
+        """``path``'s git blob sha1 (every tree page and HEAD names it)."""
+        return self._digest("gitsha1", path).hex()
+
+    def xet_hash(self, path: str) -> str:
+        """The fake Xet hash of ``path`` (tree entries and HEADs carry it)."""
+        return self._digest("xet", path).hex()
 
     @property
     def commit(self) -> str:
@@ -91,8 +108,7 @@ class FakeRepo:
         return path.endswith(LFS_SUFFIXES) or len(self.files[path]) >= self.lfs_threshold
 
     def etag(self, path: str) -> str:
-        content = self.files[path]
-        return self.sha256(path).hex() if self.is_lfs(path) else git_sha1(content)
+        return self.sha256(path).hex() if self.is_lfs(path) else self.git_oid(path)
 
     @property
     def size(self) -> int:
@@ -345,7 +361,7 @@ class FakeHub:
             content = repo.files[path]
             entry: dict[str, object] = {
                 "type": "file",
-                "oid": git_sha1(content),
+                "oid": repo.git_oid(path),
                 "size": len(content),
                 "path": path,
             }
@@ -356,7 +372,7 @@ class FakeHub:
                     "pointerSize": 134,
                 }
                 if self.xet:
-                    entry["xetHash"] = hashlib.sha256(b"xet" + content).hexdigest()
+                    entry["xetHash"] = repo.xet_hash(path)
             entries.append(entry)
         start = int(request.query.get("cursor", "0"))
         page = entries[start : start + self.page_size]
@@ -397,10 +413,10 @@ class FakeHub:
                 "Location": f"{self.cdn_url}/blobs/{sha256}?expires={expires}&path={quote(path)}",
                 "X-Linked-Etag": f'"{sha256}"',
                 "X-Linked-Size": str(len(content)),
-                "ETag": f'"{git_sha1(content)}"',  # the pointer's: clients prefer X-Linked-Etag
+                "ETag": f'"{repo.git_oid(path)}"',  # the pointer's: clients prefer X-Linked-Etag
             }
             if self.xet:
-                headers["X-Xet-Hash"] = hashlib.sha256(b"xet" + content).hexdigest()
+                headers["X-Xet-Hash"] = repo.xet_hash(path)
                 token_route = f"/api/models/{repo.repo_id}/xet-read-token/{repo.commit}"
                 headers["X-Xet-Refresh-Route"] = token_route
                 headers["Link"] = (
