@@ -1,12 +1,15 @@
 """``python -m bench``: every benchmark, a table, ``results.json``, ``REPORT.md`` and its plots.
 
-    python -m bench                         # everything (about 25 minutes on 2 idle cores; root)
+    python -m bench                         # everything (about 35 minutes on 2 idle cores; root)
     python -m bench --only serving,cache-warm
     python -m bench --quick --results /tmp/b  # the minimal configuration the smoke test runs
+    python -m bench --only group --executors mp --scenarios head --results /tmp/b
 
-Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput and
-recovery from a killed worker, per executor (``--executors``: Ray and mp), against one plain vLLM
-server; needs the local cluster), ``cache-warm`` (one
+Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput,
+a restart with a warm cache, recovery from a killed worker and from a killed head, and a second
+deployment on a shared compile cache, per executor (``--executors``: Ray and mp;
+``--scenarios`` picks what besides the cold starts), against one plain vLLM server and its warm
+restart; needs the local cluster), ``cache-warm`` (one
 large blob, the cache vs nginx), ``cache-fanout`` (four peers vs four direct downloads from a
 throttled upstream). One that cannot run here (no root, no nginx) is recorded as skipped with its
 reason; one that fails is recorded with its error, and the command exits 1.
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                     measured = [skipped(name, f"{name} benchmark", "", "", f"FAILED: {error}")]
                 for figure in measured:
                     figure.source = name
+                    failed = failed or figure.skipped.startswith("FAILED")
                 figures += measured
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -73,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     (results_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     print(report.table(results))
     print(report.executors_text(cast("list[dict[str, Any]]", results["figures"])))
+    print(report.goals_text(cast("list[dict[str, Any]]", results["figures"])))
     report.write(results, results_dir)
     if results_dir.resolve() == (ROOT / "bench").resolve():
         report.update_readme(results, ROOT / "README.md")
@@ -113,6 +118,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         f"{','.join(group.EXECUTORS)}",
     )
     parser.add_argument(
+        "--scenarios",
+        type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()),
+        default=None,
+        help="what the group benchmark measures besides its cold starts; default all: "
+        f"{','.join(group.SCENARIOS)} (--quick: {','.join(group.QUICK_SCENARIOS)})",
+    )
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=None,
+        help="the group benchmark's cold starts per executor (and plain starts); default "
+        f"{group.Options.repetitions} (--quick: 1), at least one per fault of --scenarios",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         default=None,
@@ -148,6 +167,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(
             f"unknown executor(s) {', '.join(odd) or '(none)'}: choose from "
             f"{', '.join(group.EXECUTORS)}"
+        )
+    odd = [name for name in args.scenarios or () if name not in group.SCENARIOS]
+    if odd:
+        parser.error(
+            f"unknown scenario(s) {', '.join(odd)}: choose from {', '.join(group.SCENARIOS)}"
+        )
+    faults = [name for name in group.FAULTS if name in (args.scenarios or ())]
+    if args.repetitions is not None and args.repetitions < max(1, len(faults)):
+        parser.error(
+            f"--repetitions {args.repetitions}: the group benchmark needs at least one cold "
+            f"start per executor, and one per fault ({', '.join(faults) or 'none'})"
         )
     return args
 
@@ -218,9 +248,7 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
     missing = _missing_for_vllm() or _missing_local_cluster()
     if missing:
         return [skipped("startup", "PP=2 group start-up", "s", "plain vLLM", missing)]
-    options = group.Options(executors=args.executors)
-    if args.quick:  # every executor once, a short load
-        options = group.Options(repetitions=1, executors=args.executors, throughput_requests=32)
+    options = _group_options(args)
     claim = work / "claim"
     claim.mkdir(mode=0o755, exist_ok=True)
     model = claim / group.MODEL_DIR
@@ -228,6 +256,21 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
         shutil.copytree(_model(work), model)
     with vllm_lock():
         return group.measure(options, claim, log)
+
+
+def _group_options(args: argparse.Namespace) -> group.Options:
+    """The full run, or the quick one (every executor once, the worker's fault, a short load);
+    enough repetitions for every fault of ``--scenarios`` unless ``--repetitions`` says."""
+    scenarios = args.scenarios or (group.QUICK_SCENARIOS if args.quick else group.SCENARIOS)
+    faults = len([name for name in scenarios if name in group.FAULTS])
+    repetitions = args.repetitions or max(1 if args.quick else group.Options.repetitions, faults)
+    return group.Options(
+        repetitions=repetitions,
+        executors=args.executors,
+        scenarios=tuple(scenarios),
+        quick=args.quick,
+        **({"throughput_requests": 32} if args.quick else {}),
+    )
 
 
 def _missing_local_cluster() -> str:

@@ -38,6 +38,7 @@ this kind of machine); liveness fails after 2 misses 5 s apart.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -48,8 +49,9 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,7 @@ from multinode_llm_testing.ports import free_port
 from multinode_llm_testing.waits import wait_until
 
 from bench import loadgen
-from bench.figures import Figure, Goal, Load, load_average
+from bench.figures import Figure, Goal, Load, load_average, skipped
 from bench.sandbox import http_get, http_post_json, tail
 
 MODEL_DIR = "tiny-llama"  # the built-in local values serve pvc://models/tiny-llama
@@ -82,34 +84,59 @@ LABELS = {"ray": "Ray", "mp": "mp"}
 PROMPT = "The head and the worker of a pipeline parallel group serve one request"
 
 READY_DETECTION_GOAL = Goal("value", "<=", 2.0, "ready detection within 2 s of the engine ready")
-GROUP_READY_GOALS = {
-    "ray": Goal(
-        "difference",
-        "<=",
-        5.0,
-        "a Ray PP=2 group Ready within 5 s of one plain vLLM server's start",
-    ),
-    "mp": Goal(
-        "difference",
-        "<=",
-        3.0,
-        "an mp PP=2 group Ready within 3 s of one plain vLLM server's start",
+GROUP_READY_GOAL = Goal(
+    "difference", "<=", 3.0, "a PP=2 group Ready within 3 s of one plain vLLM server's start"
+)
+MP_RECOVERY_GOAL = Goal("ratio", "<", 1.0, "mp recovers from a killed worker faster than Ray")
+# The issue's goals for what follows a cold start (issue 17), each a ratio in the same run.
+RECOVERY_GOALS = {
+    "worker": Goal("ratio", "<=", 0.6, "a killed worker serving again <= 0.6x a plain cold start"),
+    "head": Goal("ratio", "<=", 0.6, "a killed head serving again <= 0.6x a plain cold start"),
+    "restart": Goal(
+        "ratio", "<=", 0.65, "a restart with a warm cache <= 0.65x the group's cold start"
     ),
 }
-MP_RECOVERY_GOAL = Goal("ratio", "<", 1.0, "mp recovers from a killed worker faster than Ray")
+SECOND_DEPLOYMENT_GOAL = Goal(
+    "ratio", "<=", 0.7, "a second deployment of the same model Ready <= 0.7x the first"
+)
 # Rows of the side-by-side table (bench/report.py): the figures each executor has, against plain.
 ROW_STARTUP, ROW_RECOVERY, ROW_THROUGHPUT = (
     "start-up to Ready",
     "recovery after a killed worker",
     "serving throughput",
 )
+ROWS = {  # the fault scenarios' rows, and the second deployment's
+    "worker": ROW_RECOVERY,
+    "head": "recovery after a killed head",
+    "restart": "restart with a warm cache",
+    "second-deployment": "second deployment of the same model",
+}
+
+# What one run can measure besides the cold starts (``--scenarios``). A fault is dealt to a cold
+# start's group once it is Ready (one fault per group: the kubelet backs off a container's second
+# restart by 10 s, as kubelet does); the worker's comes last, as it always did.
+FAULTS = ("restart", "head", "worker")
+SCENARIOS = (*FAULTS, "second-deployment", "plain-warm")
+QUICK_SCENARIOS = ("worker", "plain-warm")  # ``--quick``: one group start per executor
+FAULT_TARGETS = {"restart": ("head", "worker"), "head": ("head",), "worker": ("worker",)}
+FAULT_WORDS = {  # how each figure names its fault
+    "restart": "every container killed (pods kept, warm cache)",
+    "head": "head killed",
+    "worker": "worker killed",
+}
+# The shared compile cache of the second deployment: a folder of the model's claim (the chart's
+# ``compileCache.shared.path``), emptied before the first deployment.
+SHARED_CACHE_PATH = ".multinode-llm/compile-cache"
+PUBLISH_TIMEOUT_S = 120.0
+PUBLISH_QUIET_S = 3.0  # the shared folder unchanged this long: every pod has published
 
 
 @dataclass(frozen=True)
 class Options:
-    repetitions: int = 2  # starts of each executor's group (and as many plain starts), alternating
-    recovery: bool = True
+    repetitions: int = 3  # starts of each executor's group (and as many plain starts), alternating
     executors: tuple[str, ...] = EXECUTORS
+    scenarios: tuple[str, ...] = SCENARIOS  # what else to measure (SCENARIOS); cold starts always
+    quick: bool = False  # the smoke test's run: says so in the figures it leaves out
     # The throughput load, the same for the plain server and each group: completions, ignore_eos.
     throughput_requests: int = 96
     throughput_concurrency: int = 8
@@ -119,6 +146,32 @@ class Options:
         unknown = [name for name in self.executors if name not in EXECUTORS]
         if unknown or not self.executors:
             raise ValueError(f"executors {self.executors}: choose from {', '.join(EXECUTORS)}")
+        odd = [name for name in self.scenarios if name not in SCENARIOS]
+        if odd:
+            raise ValueError(f"scenarios {odd}: choose from {', '.join(SCENARIOS)}")
+        if len(self.faults) > self.repetitions:
+            raise ValueError(
+                f"{len(self.faults)} faults ({', '.join(self.faults)}) need as many group starts "
+                f"per executor: repetitions {self.repetitions}"
+            )
+
+    @property
+    def faults(self) -> tuple[str, ...]:
+        return tuple(fault for fault in FAULTS if fault in self.scenarios)
+
+    def fault_of(self, repetition: int) -> str | None:
+        """The fault dealt to the group of that repetition: the last groups get one each."""
+        index = repetition - (self.repetitions - len(self.faults))
+        return self.faults[index] if index >= 0 else None
+
+    def left_out(self, scenario: str) -> str:
+        """Why a scenario's figures were not measured in this run (``skipped``)."""
+        if self.quick:
+            return (
+                f"the quick run leaves it out: it measures {', '.join(self.scenarios)} only "
+                "(each other fault needs a group start of its own); `python -m bench` measures it"
+            )
+        return f"not in this run's --scenarios ({', '.join(self.scenarios)})"
 
 
 @dataclass
@@ -133,48 +186,91 @@ class GroupStart:
 
 
 @dataclass
+class Recovery:
+    """One fault: seconds from the kill to each stage and phase, and how the head's previous
+    container ended (killed by its liveness probe, or exited)."""
+
+    stages: dict[str, float]
+    how: str
+
+
+@dataclass
 class Measured:
-    """One executor's runs: its group starts, throughput, and the recovery of its last group."""
+    """One executor's runs: its group starts, throughput, the faults dealt to its groups, and the
+    two deployments on one shared compile cache."""
 
     starts: list[GroupStart] = field(default_factory=list)
     throughput: list[float] = field(default_factory=list)  # req/s, one per start
-    recovery: dict[str, float] = field(default_factory=dict)
-    how: str = ""  # how the head's previous container ended in the recovery
+    faults: dict[str, Recovery] = field(default_factory=dict)
+    deployments: list[GroupStart] = field(default_factory=list)  # first, second
+    published: dict[str, float] = field(default_factory=dict)  # what the first one left shared
+    failed: dict[str, str] = field(default_factory=dict)  # scenario -> its error
 
 
 @dataclass
 class Plain:
-    """The plain server's runs: start-up seconds and throughput (req/s), one per start."""
+    """The plain server's runs: start-up seconds and throughput (req/s), one per start, and the
+    last cold start's restart on the same cache root (``warm``)."""
 
     seconds: list[float] = field(default_factory=list)
     throughput: list[float] = field(default_factory=list)
+    warm: float | None = None
 
 
 def measure(options: Options, claim: Path, log: Callable[[str], None]) -> list[Figure]:
     """Per repetition one plain start, then one group start per executor (the executors' order
-    flips each repetition); the last group of each executor loses its worker (recovery)."""
+    flips each repetition); the last groups of each executor get one fault each; then each
+    executor's two deployments on a shared compile cache."""
     plain = Plain()
     measured = {executor: Measured() for executor in options.executors}
     with load_average() as load:
         for repetition in range(options.repetitions):
             of = f"{repetition + 1}/{options.repetitions}"
-            seconds, throughput = _plain_start(claim, options)
-            plain.seconds.append(seconds)
-            plain.throughput.append(throughput)
-            log(f"startup {of}: plain vLLM {seconds:.1f} s, {throughput:.1f} req/s")
+            _plain_run(claim, options, plain, repetition == options.repetitions - 1, log, of)
             order = options.executors[:: -1 if repetition % 2 else 1]
             for executor in order:
-                last = repetition == options.repetitions - 1
-                _group_run(options, claim, log, executor, measured[executor], of, last)
+                fault = options.fault_of(repetition)
+                _group_run(options, claim, log, executor, measured[executor], of, fault)
+        if "second-deployment" in options.scenarios:
+            for executor in options.executors:
+                runs = measured[executor]
+                deploy = functools.partial(_deployments, claim, log, executor, runs)
+                _attempt(runs, "second-deployment", log, executor, deploy)
+    return _figures(options, measured, plain, load)
+
+
+def _figures(
+    options: Options, measured: dict[str, Measured], plain: Plain, load: Load
+) -> list[Figure]:
     figures: list[Figure] = []
     for executor, runs in measured.items():
         figures += _startup_figures(executor, runs, plain, options, load)
         figures.append(_throughput_figure(executor, runs, plain, options, load))
-        if options.recovery:
-            figures += _recovery_figures(executor, runs, plain, options, load)
-    if options.recovery and {"ray", "mp"} <= measured.keys():
+        for fault in FAULTS:
+            figures += _fault_figures(executor, fault, runs, plain, options, load)
+        figures.append(_second_deployment_figure(executor, runs, plain, options, load))
+    if all("worker" in runs.faults for runs in measured.values()) and len(measured) == 2:
         figures.append(_recovery_comparison(measured["mp"], measured["ray"], load))
+    figures.append(_plain_warm_figure(plain, options, load))
     return figures
+
+
+def _plain_run(
+    claim: Path, options: Options, plain: Plain, last: bool, log: Callable[[str], None], of: str
+) -> None:
+    """One plain cold start; after the last one, with ``plain-warm``, its restart on the same
+    cache root."""
+    cache_root = Path(tempfile.mkdtemp(prefix="vllm-cache-", dir=claim.parent))
+    try:
+        seconds, throughput = _plain_start(claim, options, cache_root)
+        plain.seconds.append(seconds)
+        plain.throughput.append(throughput)
+        log(f"startup {of}: plain vLLM {seconds:.1f} s, {throughput:.1f} req/s")
+        if last and "plain-warm" in options.scenarios:
+            plain.warm, _ = _plain_start(claim, options, cache_root, throughput=False)
+            log(f"startup: plain vLLM again on the same cache root {plain.warm:.1f} s")
+    finally:
+        shutil.rmtree(cache_root, ignore_errors=True)
 
 
 def _group_run(
@@ -184,7 +280,7 @@ def _group_run(
     executor: str,
     runs: Measured,
     of: str,
-    last: bool,
+    fault: str | None,
 ) -> None:
     label = LABELS[executor]
     with _LocalGroup(claim, log, executor) as group:
@@ -193,10 +289,27 @@ def _group_run(
         head = group.pod("head")["ip"]
         runs.throughput.append(_throughput(head, HTTP_PORT, options))
         log(f"startup {of}: {label} group Ready {ready:.1f} s, {runs.throughput[-1]:.1f} req/s")
-        if last and options.recovery:
-            runs.recovery, runs.how = group.kill_worker()
-            again = runs.recovery["serving again"]
-            log(f"recovery: {label} group serving again {again:.1f} s after the kill")
+        if fault is not None:
+
+            def kill() -> None:
+                runs.faults[fault] = group.kill(fault)
+                again = runs.faults[fault].stages["serving again"]
+                log(f"{fault}: {label} group, {FAULT_WORDS[fault]}: serving {again:.1f} s later")
+
+            _attempt(runs, fault, log, executor, kill)
+
+
+def _attempt(
+    runs: Measured, scenario: str, log: Callable[[str], None], executor: str, do: Callable[[], None]
+) -> None:
+    """Run one scenario; an error is recorded as its figures' ``FAILED`` (the command then exits
+    1), and the rest of the run goes on: the cold starts stay measured."""
+    try:
+        do()
+    except Exception as error:
+        log(f"{scenario}: {LABELS[executor]} FAILED: {error}")
+        traceback.print_exc()
+        runs.failed[scenario] = f"FAILED: {error}"
 
 
 def _throughput(host: str, port: int, options: Options) -> float:
@@ -225,12 +338,57 @@ def _completions(options: Options, count: int) -> loadgen.Load:
     )
 
 
+def _deployments(claim: Path, log: Callable[[str], None], executor: str, runs: Measured) -> None:
+    """Two deployments of the same model with ``compileCache.shared.enabled``, one after the
+    other's ``down``: the first on an empty shared folder, whose entry it publishes, the second
+    seeded from it."""
+    shared = claim / SHARED_CACHE_PATH
+    shutil.rmtree(claim / Path(SHARED_CACHE_PATH).parts[0], ignore_errors=True)
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)  # the pods run as the chart's non-root user and publish into it
+    try:
+        for which in ("first", "second"):
+            with _LocalGroup(claim, log, executor, shared=True) as group:
+                group.tag = f"{executor}-shared-{which}"
+                runs.deployments.append(group.start())
+                ready = runs.deployments[-1].since_start()["head pod Ready (kubelet)"]
+                log(f"second-deployment: {LABELS[executor]} {which} deployment Ready {ready:.1f} s")
+                if which == "first":
+                    runs.published = _wait_published(shared)
+                    log(f"second-deployment: published {runs.published}")
+    finally:
+        shutil.rmtree(claim / Path(SHARED_CACHE_PATH).parts[0], ignore_errors=True)
+
+
+def _wait_published(shared: Path) -> dict[str, float]:
+    """Wait until an entry of the shared cache is marked published and nothing under the folder
+    has changed for PUBLISH_QUIET_S (each pod publishes its own ranks' files after its engine is
+    ready); what is there then, and how long it took. Nothing published in PUBLISH_TIMEOUT_S is
+    not an error here: the second deployment then shows what that costs."""
+    began = time.time()
+    last: tuple[int, int] = (-1, -1)
+    quiet_since = began
+    while time.time() - began < PUBLISH_TIMEOUT_S:
+        files = [path for path in shared.rglob("*") if path.is_file()]
+        now = (len(files), sum(path.stat().st_size for path in files if path.exists()))
+        if now != last:
+            last, quiet_since = now, time.time()
+        published = any(shared.glob("*/.published"))
+        if published and time.time() - quiet_since >= PUBLISH_QUIET_S:
+            break
+        time.sleep(0.5)
+    entries = len(list(shared.glob("*/.published")))
+    return {"entries": entries, "files": last[0], "bytes": last[1], "waited_s": time.time() - began}
+
+
 # The baseline ---------------------------------------------------------------------------------
 
 
-def _plain_start(claim: Path, options: Options) -> tuple[float, float]:
+def _plain_start(
+    claim: Path, options: Options, cache_root: Path, throughput: bool = True
+) -> tuple[float, float]:
     """Seconds from starting one plain vLLM server until it lists the model, and its throughput
-    (req/s) under ``options``' load; it is then stopped."""
+    (req/s) under ``options``' load (0 without ``throughput``); it is then stopped."""
     port = free_port()
     argv = [
         sys.executable,
@@ -246,17 +404,11 @@ def _plain_start(claim: Path, options: Options) -> tuple[float, float]:
         str(port),
         *ENGINE_ARGS,
     ]
-    # A cache root of its own, empty: vLLM saves the model's compiled graphs under ~/.cache/vllm
-    # and a second start would load them, where each pod of the group starts with an empty /tmp
-    # (its HOME). Both start cold.
-    cache_root = Path(tempfile.mkdtemp(prefix="vllm-cache-", dir=claim.parent))
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": str(cache_root),
-        "TMPDIR": str(cache_root),  # its engine sockets, removed with it
-    }
+    # A cache root of its own (empty for a cold start): vLLM saves the model's compiled graphs
+    # under ~/.cache/vllm and a second start would load them, where each pod of a new group starts
+    # with an empty compile cache. The CPU build's settings are the local pods' (_plain_env).
+    sockets = Path(tempfile.mkdtemp(prefix="tmp-", dir=cache_root))  # its engine sockets
+    env = {**os.environ, **_plain_env(), "VLLM_CACHE_ROOT": str(cache_root), "TMPDIR": str(sockets)}
     log_path = claim.parent / "plain-vllm.log"
     with log_path.open("wb") as output:
         started = time.time()
@@ -272,12 +424,20 @@ def _plain_start(claim: Path, options: Options) -> tuple[float, float]:
 
         wait_until(ready, READY_TIMEOUT_S, "plain vLLM to list the model", POLL_S)
         seconds = time.time() - started
-        return seconds, _throughput("127.0.0.1", port, options)
+        return seconds, _throughput("127.0.0.1", port, options) if throughput else 0.0
     finally:
         _stop_group(process)
-        shutil.rmtree(cache_root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
         LOGS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log_path, LOGS / "plain-vllm.log")  # to compare its phases with the group's
+        name = "plain-vllm.log" if throughput else "plain-vllm-warm.log"
+        shutil.copy(log_path, LOGS / name)  # to compare its phases with the group's
+
+
+def _plain_env() -> dict[str, str]:
+    """What the local cluster gives every vLLM of a group on this CPU build, less the fake GPU:
+    a small KV cache, no usage stats, and the CPU build's compile setting."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    return env
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
@@ -301,11 +461,15 @@ def _lists_model(base: str) -> bool:
 class _LocalGroup:
     """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
 
-    def __init__(self, claim: Path, log: Callable[[str], None], executor: str) -> None:
+    def __init__(
+        self, claim: Path, log: Callable[[str], None], executor: str, shared: bool = False
+    ) -> None:
         self.claim = claim
         self.log = log
         self.executor = executor
+        self.shared = shared  # compileCache.shared.enabled, on SHARED_CACHE_PATH of the claim
         self.plan: Any = None
+        self.tag = executor  # the name its logs are kept under
 
     def __enter__(self) -> _LocalGroup:
         return self
@@ -323,7 +487,7 @@ class _LocalGroup:
             for container in pod["containers"]:
                 for run in (container.get("last_state") or {}, container):
                     if run.get("log") and Path(run["log"]).exists():
-                        name = f"{self.executor}-{pod['role']}-{Path(run['log']).name}"
+                        name = f"{self.tag}-{pod['role']}-{Path(run['log']).name}"
                         shutil.copy(run["log"], LOGS / name)
 
     def status(self) -> dict[str, Any]:
@@ -369,12 +533,16 @@ class _LocalGroup:
         return self._timeline(head.ip, watch)
 
     def _values(self) -> list[Path]:
-        """The executor's values beside the built-in local ones; none for Ray, the chart's
-        default (its group renders exactly as without them)."""
-        if self.executor == "ray":
+        """The executor's values beside the built-in local ones; none for Ray without the shared
+        cache, the chart's default (its group renders exactly as without them)."""
+        values: dict[str, Any] = {}
+        if self.executor != "ray":
+            values["group"] = {"executor": self.executor}
+        if self.shared:
+            values["compileCache"] = {"shared": {"enabled": True, "path": SHARED_CACHE_PATH}}
+        if not values:
             return []
-        values = {"group": {"executor": self.executor}}
-        path = self.claim.parent / f"values-{self.executor}.yaml"
+        path = self.claim.parent / f"values-{self.tag}.yaml"
         path.write_text(json.dumps(values))  # JSON is YAML
         return [path]
 
@@ -390,9 +558,6 @@ class _LocalGroup:
         start = GroupStart()
         started = self.events("Started")
         start.events["first container started"] = min(e["time"] for e in started)
-        for started_event in started:
-            role = "head" if started_event["pod"] == self.pod("head")["name"] else "worker"
-            start.events[f"{role} container started"] = started_event["time"]
         start.events["head pod Ready (kubelet)"] = min(
             e["time"] for e in self.events("Ready", "head")
         )
@@ -400,47 +565,88 @@ class _LocalGroup:
             raise RuntimeError("the polls never saw the engine answer or /ready turn 200")
         start.events["engine answers (bench poll)"] = watch.engine_at
         start.events["/ready 200 (bench poll)"] = watch.ready_at
+        start.events.update(self._phases(head_ip, since=0.0))
+        return start
+
+    def _phases(self, head_ip: str, since: float) -> dict[str, float]:
+        """Each container's start (the kubelet's events) and each supervisor's events, at or after
+        ``since`` (wall clock), under the phase names both executors share."""
+        phases: dict[str, float] = {}
+        head_name = self.pod("head")["name"]
+        for started in self.events("Started"):
+            if started["time"] >= since:
+                role = "head" if started["pod"] == head_name else "worker"
+                phases[f"{role} container started"] = started["time"]
         for event, at in _supervisor_timeline(f"http://{head_ip}:{STATUS_PORT}").items():
+            if at < since:
+                continue
             if event.startswith("node_joined:") and event != f"node_joined:{head_ip}":
-                start.events[f"head saw worker {event.split(':', 1)[1]}"] = at
+                phases[f"head saw worker {event.split(':', 1)[1]}"] = at
             elif event in HEAD_PHASES:
-                start.events[HEAD_PHASES[event]] = at
+                phases[HEAD_PHASES[event]] = at
         for worker in (p for p in self.status()["pods"] if p["role"] == "worker"):
             events = _supervisor_timeline(f"http://{worker['ip']}:{STATUS_PORT}")
             for event, phase in WORKER_PHASES.items():
-                if event in events:
-                    start.events[f"worker {worker['ip']} {phase}"] = events[event]
-        return start
+                if events.get(event, -1.0) >= since:
+                    phases[f"worker {worker['ip']} {phase}"] = events[event]
+        return phases
 
-    def kill_worker(self) -> tuple[dict[str, float], str]:
-        """SIGKILL the worker container; seconds from then until each stage of the recovery, and
-        how the head's previous container ended (killed by its liveness probe, or exited)."""
-        head_before = self.pod("head")
-        head_ip = head_before["ip"]
+    def kill(self, fault: str) -> Recovery:
+        """SIGKILL the PID 1 of each container of the fault's pods (FAULT_TARGETS; the pods stay,
+        so do their emptyDirs); seconds from then until each stage of the recovery and each phase
+        of the restarted containers."""
+        head_ip = self.pod("head")["ip"]
+        before = {pod["role"]: pod["restarts"] for pod in self.status()["pods"]}
         stages: dict[str, float] = {}
-        checks: dict[str, Callable[[], bool]] = {
-            "head /ready 503": lambda: (
-                http_get(f"http://{head_ip}:{STATUS_PORT}/ready", 1.0)[0] == 503
-            ),
+        required, optional = self._recovery_checks(fault, head_ip, before, stages)
+        killed = time.time()
+        for pod in self.status()["pods"]:
+            if pod["role"] in FAULT_TARGETS[fault]:
+                for container in pod["containers"]:
+                    os.kill(int(container["init_pid"]), signal.SIGKILL)
+
+        def all_seen() -> bool:  # every check each round: the stages may come in any order
+            for name, check in {**required, **optional}.items():
+                if name not in stages and check():
+                    stages[name] = time.time() - killed
+            return required.keys() <= stages.keys()
+
+        wait_until(all_seen, RECOVERY_TIMEOUT_S, "the group to serve again", POLL_S)
+        phases = self._phases(head_ip, since=killed)
+        stages.update({name: at - killed for name, at in phases.items()})
+        previous = self.pod("head")["containers"][0].get("last_state") or {}
+        return Recovery(stages, str(previous.get("reason", "")))
+
+    def _recovery_checks(
+        self, fault: str, head_ip: str, before: dict[str, int], stages: dict[str, float]
+    ) -> tuple[dict[str, Callable[[], bool]], dict[str, Callable[[], bool]]]:
+        """The stages to wait for after the fault, and those only noted when seen on the way (a
+        worker that outlives a killed head, or none of the worker's own after its kill)."""
+        ready_url = f"http://{head_ip}:{STATUS_PORT}/ready"
+        engine_url = f"http://{head_ip}:{HTTP_PORT}"
+
+        def restarted(role: str) -> Callable[[], bool]:
+            return lambda: self.pod(role)["restarts"] > before[role]
+
+        def after_restart(check: Callable[[], bool]) -> Callable[[], bool]:
+            return lambda: "head restarted" in stages and check()
+
+        required: dict[str, Callable[[], bool]] = {
             "head pod NotReady (kubelet)": lambda: not self.pod("head")["ready"],
-            "head restarted": lambda: self.pod("head")["restarts"] > head_before["restarts"],
-            "head pod Ready again (kubelet)": lambda: (
-                "head restarted" in stages and bool(self.pod("head")["ready"])
+            "head restarted": restarted("head"),
+            "engine answers (bench poll)": after_restart(lambda: _lists_model(engine_url)),
+            "/ready 200 (bench poll)": after_restart(lambda: http_get(ready_url, 1.0)[0] == 200),
+            "head pod Ready again (kubelet)": after_restart(
+                lambda: bool(self.pod("head")["ready"])
             ),
             "serving again": lambda: "head pod Ready again (kubelet)" in stages and self._serves(),
         }
-        killed = time.time()
-        os.kill(int(self.pod("worker")["containers"][0]["init_pid"]), signal.SIGKILL)
-
-        def all_seen() -> bool:  # every check each round: the stages may come in any order
-            for name, check in checks.items():
-                if name not in stages and check():
-                    stages[name] = time.time() - killed
-            return len(stages) == len(checks)
-
-        wait_until(all_seen, RECOVERY_TIMEOUT_S, "the group to serve again", POLL_S)
-        previous = self.pod("head")["containers"][0].get("last_state") or {}
-        return stages, str(previous.get("reason", ""))
+        optional: dict[str, Callable[[], bool]] = {"worker restarted": restarted("worker")}
+        if fault == "worker":  # the head is alive: how soon it notices
+            required = {"head /ready 503": lambda: http_get(ready_url, 1.0)[0] == 503, **required}
+        if fault != "head":
+            required["worker restarted"] = optional.pop("worker restarted")
+        return required, optional
 
     def _serves(self) -> bool:
         """One completion through the head's Service (the local cluster's forwarded port)."""
@@ -542,7 +748,9 @@ def _config(executor: str, plain: Plain, options: Options) -> dict[str, Any]:
         "model": "tiny random-weight Llama",
         "engine_args": list(ENGINE_ARGS),
         "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone, "
-        "with an empty VLLM_CACHE_ROOT (no compiled graphs from an earlier start)",
+        "with an empty VLLM_CACHE_ROOT (no compiled graphs from an earlier start) and the local "
+        "pods' CPU-build environment",
+        "plain_env": _plain_env(),
         "plain_s": plain.seconds,
     }
 
@@ -572,7 +780,7 @@ def _startup_figures(
             baseline_name="one plain vLLM server: start -> lists the model",
             config={**config, "row": ROW_STARTUP},
             load=load,
-            goal=GROUP_READY_GOALS[executor],
+            goal=GROUP_READY_GOAL,
             runs=[
                 {"group": t["head pod Ready (kubelet)"], "plain": p}
                 for t, p in zip(timelines, plain.seconds, strict=True)
@@ -683,40 +891,126 @@ def kserve_recovery_detection() -> float:
     return KSERVE_LIVENESS["period"] * KSERVE_LIVENESS["failures"] + KSERVE_EXEC_PROBE_S
 
 
-def _recovery_figures(
-    executor: str, runs: Measured, plain: Plain, options: Options, load: Load
+def _fault_figures(
+    executor: str, fault: str, runs: Measured, plain: Plain, options: Options, load: Load
 ) -> list[Figure]:
+    """The fault's figure against its baseline (a plain cold start, or for a restart the group's
+    own cold start), its stages and phases in ``stages_s``; for a killed worker also how soon the
+    head noticed."""
     label = LABELS[executor]
+    name = f"{label}: {FAULT_WORDS[fault]} -> group serving again"
+    baseline_name, baseline = "one plain vLLM server's cold start", statistics.median(plain.seconds)
+    if fault == "restart":
+        cold = [start.since_start()["head pod Ready (kubelet)"] for start in runs.starts]
+        baseline_name, baseline = (
+            f"the {label} group's cold start to Ready",
+            statistics.median(cold),
+        )
+    goal, row = RECOVERY_GOALS[fault], ROWS[fault]
+    recovery = runs.faults.get(fault)
+    if recovery is None:
+        why = runs.failed.get(fault) or options.left_out(fault)
+        return [replace(skipped("recovery", name, "s", baseline_name, why), goal=goal)]
+    targets = " and ".join(f"the {role} container's" for role in FAULT_TARGETS[fault])
     config = {
         **_config(executor, plain, options),
-        "fault": "SIGKILL to the worker container's PID 1 (its whole PID namespace dies)",
-        "stages_s": runs.recovery,
-        "head_previous_container_ended": runs.how,
+        "row": row,
+        "scenario": fault,
+        "fault": f"SIGKILL to {targets} PID 1 (its whole PID namespace dies; the pod and its "
+        "emptyDirs stay, the kubelet restarts the container)",
+        "stages_s": recovery.stages,
+        "stages_title": f"Stages after {FAULT_WORDS[fault]} in the {label} group (seconds after "
+        "the kill; the phases are the restarted containers')",
+        "head_previous_container_ended": recovery.how,
     }
-    plain_s = statistics.median(plain.seconds)
-    return [
+    if fault == "restart":
+        config["cold_starts_s"] = cold
+    figures = [
         Figure(
             benchmark="recovery",
-            name=f"{label}: worker killed -> group serving again",
+            name=name,
             unit="s",
-            value=runs.recovery["serving again"],
-            baseline=plain_s,
-            baseline_name="one plain vLLM server's cold start",
-            config={**config, "row": ROW_RECOVERY},
-            load=load,
-            note="the head restarts the whole group: a new vLLM start is the floor",
-        ),
-        Figure(
-            benchmark="recovery",
-            name=f"{label}: worker killed -> head unready (our /ready 503)",
-            unit="s",
-            value=runs.recovery["head /ready 503"],
-            baseline=kserve_recovery_detection(),
-            baseline_name="KServe's liveness by construction (2 x 5 s + exec)",
+            value=recovery.stages["serving again"],
+            baseline=baseline,
+            baseline_name=baseline_name,
             config=config,
             load=load,
-        ),
+            goal=goal,
+            note="the head restarts the whole group: a new vLLM start, with the compile cache "
+            "the pods' emptyDirs kept, is the floor",
+        )
     ]
+    if fault == "worker":
+        detection = {k: v for k, v in config.items() if k not in ("row", "stages_s")}
+        figures.append(
+            Figure(
+                benchmark="recovery",
+                name=f"{label}: worker killed -> head unready (our /ready 503)",
+                unit="s",
+                value=recovery.stages["head /ready 503"],
+                baseline=kserve_recovery_detection(),
+                baseline_name="KServe's liveness by construction (2 x 5 s + exec)",
+                config=detection,
+                load=load,
+            )
+        )
+    return figures
+
+
+def _second_deployment_figure(
+    executor: str, runs: Measured, plain: Plain, options: Options, load: Load
+) -> Figure:
+    label = LABELS[executor]
+    name = f"{label}: second deployment of the same model (shared compile cache) -> head pod Ready"
+    baseline_name = "the first deployment, on an empty shared compile cache"
+    if len(runs.deployments) < 2:
+        why = runs.failed.get("second-deployment") or options.left_out("second-deployment")
+        figure = skipped("startup", name, "s", baseline_name, why)
+        return replace(figure, goal=SECOND_DEPLOYMENT_GOAL)
+    first, second = (start.since_start() for start in runs.deployments)
+    return Figure(
+        benchmark="startup",
+        name=name,
+        unit="s",
+        value=second["head pod Ready (kubelet)"],
+        baseline=first["head pod Ready (kubelet)"],
+        baseline_name=baseline_name,
+        config={
+            **_config(executor, plain, options),
+            "row": ROWS["second-deployment"],
+            "scenario": "second-deployment",
+            "values": f"compileCache.shared.enabled=true, path {SHARED_CACHE_PATH} of the model's "
+            "claim; `down` between the two",
+            "published": runs.published,
+            "deployments_s": {"first": first, "second": second},
+        },
+        load=load,
+        goal=SECOND_DEPLOYMENT_GOAL,
+    )
+
+
+def _plain_warm_figure(plain: Plain, options: Options, load: Load) -> Figure:
+    name = "plain vLLM: restart on the same VLLM_CACHE_ROOT -> lists the model"
+    baseline_name = "its cold start on that cache root, empty"
+    if plain.warm is None:
+        return skipped("startup", name, "s", baseline_name, options.left_out("plain-warm"))
+    return Figure(
+        benchmark="startup",
+        name=name,
+        unit="s",
+        value=plain.warm,
+        baseline=plain.seconds[-1],
+        baseline_name=baseline_name,
+        config={
+            "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started "
+            "alone, then again with the cache root the first start filled",
+            "env": _plain_env(),
+            "plain_s": plain.seconds,
+        },
+        load=load,
+        note="a reference: the floor a restart with a warm cache can reach on this machine "
+        "(the issue measured 0.60x before it was filed)",
+    )
 
 
 def _recovery_comparison(mp: Measured, ray: Measured, load: Load) -> Figure:
@@ -724,15 +1018,15 @@ def _recovery_comparison(mp: Measured, ray: Measured, load: Load) -> Figure:
         benchmark="recovery",
         name="worker killed -> group serving again: mp against Ray",
         unit="s",
-        value=mp.recovery["serving again"],
-        baseline=ray.recovery["serving again"],
+        value=mp.faults["worker"].stages["serving again"],
+        baseline=ray.faults["worker"].stages["serving again"],
         baseline_name="the Ray group's recovery, same run",
         # A row of the side-by-side table of its own executor: only its goal shows there.
         config={
             "executor": "mp / Ray",
             "row": ROW_RECOVERY,
-            "mp_stages_s": mp.recovery,
-            "ray_stages_s": ray.recovery,
+            "mp_stages_s": mp.faults["worker"].stages,
+            "ray_stages_s": ray.faults["worker"].stages,
         },
         load=load,
         goal=MP_RECOVERY_GOAL,

@@ -19,6 +19,7 @@ ANALYSIS = Path(__file__).with_name("analysis.md")  # hand-written: why each fig
 README_START = "<!-- bench-table:start (written by python -m bench; do not edit) -->"
 README_END = "<!-- bench-table:end -->"
 EXECUTORS = (("mp", "mp"), ("ray", "Ray"))  # group.executor, and its name in the tables
+FIRST_SECOND = ("first", "second")  # the deployments of the second-deployment figure
 SECTIONS = (
     ("serving", "Serving overhead", "serving.png"),
     ("startup", "Group start-up", "startup.png"),
@@ -81,12 +82,52 @@ def _load(figure: Record) -> str:
     return f"{load['before']:.1f}->{load['after']:.1f}"
 
 
+def goals_text(figures: Sequence[Record]) -> str:
+    """Every goal of the run, met or missed, with what it bounds (ratio, difference or value)
+    against its limit: the last thing `python -m bench` prints."""
+    rows = [("goal", "verdict", "this run", "limit", "figure")]
+    for figure in figures:
+        goal = figure.get("goal")
+        if not goal:
+            continue
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[figure["met"]]
+        rows.append(
+            (goal["text"], verdict, _measured(figure), _limit(goal, figure["unit"]), figure["name"])
+        )
+    if len(rows) == 1:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(["Goals:", *lines])
+
+
+def _measured(figure: Record) -> str:
+    """What the figure's goal bounds, as measured: ``0.55x``, ``+2.1 s``, ``1.2 s``."""
+    on = figure["goal"]["on"]
+    if figure["skipped"] or figure[on] is None:
+        return "-"
+    if on == "ratio":
+        return f"{figure['ratio']:.2f}x"
+    if on == "difference":
+        return f"{figure['difference']:+.1f} {figure['unit']}".strip()
+    return _amount(figure["value"], figure["unit"])
+
+
+def _limit(goal: Record, unit: str) -> str:
+    if goal["on"] == "ratio":
+        return f"{goal['op']} {goal['limit']:g}x"
+    sign = "+" if goal["on"] == "difference" else ""
+    return f"{goal['op']} {sign}{goal['limit']:g} {unit}".strip()
+
+
 # The executors side by side ---------------------------------------------------------------------
 
 
 def side_by_side(figures: Sequence[Record]) -> list[str]:
-    """One row per figure each executor's group has (``config["row"]``): mp, Ray, the plain vLLM
-    server beside them, mp / Ray, and the goals on that row."""
+    """One row per figure each executor's group has (``config["row"]``): mp, Ray, the baseline
+    beside them (the plain vLLM server, or each group's own cold start), mp / Ray, and the goals
+    on that row."""
     rows: dict[str, dict[str, Record]] = {}
     for figure in figures:
         config = figure.get("config") or {}
@@ -95,7 +136,7 @@ def side_by_side(figures: Sequence[Record]) -> list[str]:
     if not rows:
         return []
     lines = [
-        "| figure | mp | Ray | plain vLLM | mp / Ray | goals |",
+        "| figure | mp | Ray | baseline (same run) | mp / Ray | goals |",
         "|---|---|---|---|---|---|",
     ]
     for row, by in rows.items():
@@ -107,10 +148,35 @@ def side_by_side(figures: Sequence[Record]) -> list[str]:
         ratio = "-"
         if "mp" in by and "ray" in by and by["ray"]["value"]:
             ratio = f"{by['mp']['value'] / by['ray']['value']:.2f}x"
-        goals = "; ".join(_goal(f) for f in by.values() if f.get("goal"))
-        plain = f"{_amount(measured[0]['baseline'], unit)} ({measured[0]['baseline_name']})"
-        lines.append(f"| {row} | {' | '.join(cells)} | {plain} | {ratio} | {goals} |")
+        lines.append(
+            f"| {row} | {' | '.join(cells)} | {_baselines(by, unit)} | {ratio} | {_goals(by)} |"
+        )
     return lines
+
+
+def _baselines(by: dict[str, Record], unit: str) -> str:
+    """One baseline (the plain server's) or each executor's own (its group's cold start)."""
+    measured = {label: by[key] for key, label in EXECUTORS if key in by}
+    if len({f["baseline"] for f in measured.values()}) == 1:
+        first = next(iter(measured.values()))
+        return f"{_amount(first['baseline'], unit)} ({first['baseline_name']})"
+    return "; ".join(
+        f"{label}: {_amount(f['baseline'], unit)} ({f['baseline_name']})"
+        for label, f in measured.items()
+    )
+
+
+def _goals(by: dict[str, Record]) -> str:
+    """Each goal of the row once, with each executor's verdict: ``text: mp met, Ray MISSED``."""
+    verdicts: dict[str, list[str]] = {}
+    labels = {**dict(EXECUTORS), "mp / Ray": "mp / Ray"}
+    for key, figure in sorted(by.items(), key=lambda kv: list(labels).index(kv[0])):
+        if figure.get("goal"):
+            verdict = {True: "met", False: "MISSED", None: "-"}[figure["met"]]
+            verdicts.setdefault(figure["goal"]["text"], []).append(
+                f"{labels.get(key, key)} {verdict}"
+            )
+    return "; ".join(f"{text}: {', '.join(each)}" for text, each in verdicts.items())
 
 
 def executors_text(figures: Sequence[Record]) -> str:
@@ -168,14 +234,24 @@ def _header(results: Record) -> str:
 
 
 def _details(benchmark: str, figures: Sequence[Record]) -> list[str]:
-    """The start-up timeline and the recovery stages of each executor's group, as tables."""
+    """The start-up timeline of each executor's group, the phases of each pair of deployments,
+    and the stages after each fault, as tables."""
     lines: list[str] = []
     for key, label in _executors(figures):
         config = _executor_config(figures, key)
         if benchmark == "startup" and config.get("timelines_s"):
             lines += _timeline_table(label, config)
+    titled: set[str] = set()
+    for figure in figures:
+        config = figure.get("config") or {}
+        label = dict(EXECUTORS).get(config.get("executor", ""), "")
+        if benchmark == "startup" and config.get("deployments_s"):
+            lines += _deployments_table(label, config)
         if benchmark == "recovery" and config.get("stages_s"):
-            lines += _stages_table(label, config)
+            title = _stages_title(label, config)
+            if title not in titled:  # older results repeat the stages on the detection figure
+                titled.add(title)
+                lines += _stages_table(title, config)
     return lines
 
 
@@ -187,12 +263,12 @@ def _executors(figures: Sequence[Record]) -> list[tuple[str, str]]:
 
 
 def _executor_config(figures: Sequence[Record], executor: str) -> Record:
-    """The first figure's configuration of that executor that has a timeline or stages."""
+    """The configuration of that executor's cold starts (their timelines) or of its killed worker
+    (its stages): the first figure's that has either."""
     for figure in figures:
         config = figure.get("config") or {}
-        if config.get("executor", "") == executor and (
-            config.get("timelines_s") or config.get("stages_s")
-        ):
+        ours = config.get("executor", "") == executor
+        if ours and config.get("scenario", "worker") == "worker" and _has_phases(config):
             return config
     return {}
 
@@ -212,21 +288,41 @@ def _timeline_table(label: str, config: Record) -> list[str]:
     return [*lines, ""]
 
 
-def _stages_table(label: str, config: Record) -> list[str]:
+def _has_phases(config: Record) -> bool:
+    return bool(config.get("timelines_s") or config.get("stages_s"))
+
+
+def _stages_title(label: str, config: Record) -> str:
+    if config.get("stages_title"):
+        return str(config["stages_title"])
     group = f"the {label} group's" if label else "the"
-    lines = [
-        f"Stages after {group} worker container was killed (seconds):",
-        "",
-        "| stage | s |",
-        "|---|---|",
-    ]
-    lines += [
-        f"| {name} | {at:.1f} |"
-        for name, at in sorted(config["stages_s"].items(), key=lambda kv: kv[1])
-    ]
+    return f"Stages after {group} worker container was killed (seconds)"
+
+
+def _stages_table(title: str, config: Record) -> list[str]:
+    lines = [f"{title}:", "", "| stage | s |", "|---|---|"]
+    lines += [f"| {name} | {at:.1f} |" for name, at in _median_timeline([config["stages_s"]])]
     how = config.get("head_previous_container_ended")
     if how:
         lines += ["", f"The head's previous container ended with reason `{how}`."]
+    return [*lines, ""]
+
+
+def _deployments_table(label: str, config: Record) -> list[str]:
+    """The two deployments' phases side by side (seconds after each one's first container)."""
+    first, second = (dict(_median_timeline([config["deployments_s"][k]])) for k in FIRST_SECOND)
+    lines = [
+        f"Phases of the {label} group's first and second deployment on one shared compile cache "
+        "(seconds after each one's first container started):",
+        "",
+        "| phase | first | second |",
+        "|---|---|---|",
+    ]
+    for name in sorted(
+        first.keys() | second.keys(), key=lambda n: first[n] if n in first else second[n]
+    ):
+        cells = [f"{d[name]:.1f}" if name in d else "-" for d in (first, second)]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return [*lines, ""]
 
 
