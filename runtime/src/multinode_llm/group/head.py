@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from multinode_llm import compile_cache
 from multinode_llm.config import HeadConfig, head_config
 from multinode_llm.errors import UserError
 from multinode_llm.group import arguments, ray_node
@@ -131,11 +132,26 @@ class HeadSupervisor(Supervisor):
         node = self.config.node
         for line in node.derived:
             self.log.info("derived %s", line)
+        model_root = Path(self.config.model)  # the staged model's root, before its snapshot
         if self.config.model_revision:
             self.config = replace(self.config, model=str(await self._staged_model()))
         deadline = Deadline(node.wait_timeout_s)
         self.env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
+        await self._prepare_compile_cache(model_root)
         return deadline
+
+    async def _prepare_compile_cache(self, model_root: Path) -> None:
+        """VLLM_CACHE_ROOT for vLLM (and Ray's workers: vLLM's Ray executor copies it to them),
+        published once the engine is ready: compiling is done by then (compile_cache.py)."""
+        cache = compile_cache.for_pod(os.environ, None, model_root, self.config.model_revision)
+        if cache is None:
+            return
+        self.background.append(await cache.start(self._engine_was_ready))
+        self.env.update(cache.env)
+        self.state.compile_cache_key = cache.key.to_dict()  # the workers prepare the same entry
+
+    async def _engine_was_ready(self) -> bool:
+        return "engine_ready" in self.state.timeline
 
     async def main(self) -> int:
         node = self.config.node

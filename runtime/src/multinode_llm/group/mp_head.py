@@ -153,6 +153,8 @@ class RosterRoutes:
             # The workers get none of the ISVC's arguments from KServe: the head hands each its
             # vLLM command line, the head's own with this rank (serving/command.py).
             "engine_args": engine_arguments(config, node_rank=member.rank),
+            # Only the head knows the staged commit: every rank uses the head's entry.
+            "compile_cache_key": self.head.state.compile_cache_key,
         }
 
 

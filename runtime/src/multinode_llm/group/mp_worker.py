@@ -22,12 +22,13 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from multinode_llm import compile_cache
 from multinode_llm.config import WorkerConfig
 from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import backoff
 from multinode_llm.group.roster import DEFAULT_LEASE_S, HEARTBEAT_PATH, JOIN_PATH, LEAVE_PATH
-from multinode_llm.group.supervisor import Deadline, GroupError, Supervisor, resolve
+from multinode_llm.group.supervisor import Deadline, GroupError, Supervisor, http_ok, resolve
 from multinode_llm.health import restarts
 from multinode_llm.health.state import WorkerFacts
 from multinode_llm.serving.command import headless_command
@@ -54,6 +55,7 @@ class Grant:
     master_addr: str
     master_port: int
     engine_args: tuple[str, ...]
+    compile_cache_key: compile_cache.EntryKey | None = None  # the head's; None from an old head
 
 
 class HeadAnswer(Exception):  # noqa: N818 - an answer, raised out of a request
@@ -88,6 +90,10 @@ class MpWorkerSupervisor(Supervisor):
         grant = await self._join(Deadline(node.wait_timeout_s))
         self.state.mark("joined")
         env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
+        cache = compile_cache.for_pod(os.environ, grant.compile_cache_key)
+        if cache is not None:
+            self.background.append(await cache.start(self._head_ready))
+            env.update(cache.env)
         argv = headless_command(grant.engine_args)
         self.engine = await Child.start(f"vLLM (headless, rank {grant.rank})", argv, env)
         self.state.mark("engine_started")
@@ -176,6 +182,12 @@ class MpWorkerSupervisor(Supervisor):
             return f"{ip}:{node.status_port} does not answer ({error})"
         self.grant, self.head_ip = _grant(answer, self.head_address), ip
         return "joined"
+
+    async def _head_ready(self) -> bool:
+        """When to publish the compile cache: the head is Ready only once every rank's vLLM
+        compiled and captured its graphs (vLLM's engine waits for all of them), so nothing
+        this pod still writes is missed; it asks the status port it heartbeats anyway."""
+        return await http_ok(f"http://{self.head_ip}:{self.config.node.status_port}/ready")
 
     # Serving ----------------------------------------------------------------------------------
 
@@ -290,6 +302,7 @@ def _grant(answer: dict[str, Any], head: str) -> Grant:
             master_addr=str(ipaddress.ip_address(answer["master_addr"])),
             master_port=int(answer["master_port"]),
             engine_args=tuple(str(arg) for arg in answer["engine_args"]),
+            compile_cache_key=compile_cache.EntryKey.from_dict(answer.get("compile_cache_key")),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise GroupError(

@@ -47,6 +47,8 @@ class Supervisor:
         self.server = StatusServer(self.state, status_port)
         self.stopping = asyncio.Event()
         self.failed = False  # a failed group stops its children without the courtesy of a drain
+        # Work beside serving (the compile cache's publish): cancelled on every exit.
+        self.background: list[asyncio.Task[None]] = []
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -75,6 +77,8 @@ class Supervisor:
     async def _stop(self) -> None:
         if self.state.phase != "stopped":
             self.state.phase = "stopping"
+            for task in self.background:
+                task.cancel()
             await self.cleanup()
             await self.server.stop()
             self.state.phase = "stopped"
@@ -136,6 +140,20 @@ async def port_open(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) ->
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return True
+
+
+async def http_ok(url: str, timeout: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether GET ``url`` answers 200 (a status port's /ready); False on any failure."""
+    import aiohttp  # not imported by `multinode-llm probe`, which imports the CLI
+
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            session.get(url) as answer,
+        ):
+            return answer.status == 200
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return False
 
 
 async def resolve(host: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:

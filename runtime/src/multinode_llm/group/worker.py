@@ -21,6 +21,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from multinode_llm import compile_cache
 from multinode_llm.config import WorkerConfig, worker_config
 from multinode_llm.group import arguments, ray_node
 from multinode_llm.group.network import collective_env
@@ -31,6 +32,7 @@ from multinode_llm.group.supervisor import (
     Deadline,
     GroupError,
     Supervisor,
+    http_ok,
     port_open,
     resolve,
 )
@@ -81,9 +83,27 @@ class WorkerSupervisor(Supervisor):
         head_ip = await self._wait_for_head(Deadline(node.wait_timeout_s))
         self.state.mark("head_reachable")
         env = {**os.environ, **collective_env(node.pod_ip, os.environ)}
+        env.update(await self._prepare_compile_cache(head_ip))
         self.state.phase = "joining"
         self.ray = await ray_node.start(node, f"{head_ip}:{node.ray_ports.gcs}", env)
         return await self._monitor(self.ray, head_ip)
+
+    async def _prepare_compile_cache(self, head_ip: str) -> dict[str, str]:
+        """The head's compile-cache entry, prepared here before Ray's workers start on this pod.
+
+        vLLM's Ray executor gives its workers the driver's VLLM_* variables, so they compile
+        into the head's VLLM_CACHE_ROOT whatever this pod sets: the entry is the head's (its
+        /status names the key; its Ray GCS answers only after it prepared it). The head is Ready
+        only once every worker compiled: then this pod publishes what it wrote.
+        """
+        status = await self._head_status(head_ip)
+        key = compile_cache.EntryKey.from_dict((status or {}).get("compile_cache_key"))
+        cache = compile_cache.for_pod(os.environ, key)
+        if cache is None:
+            return {}
+        ready_url = f"http://{head_ip}:{self.config.node.status_port}/ready"
+        self.background.append(await cache.start(lambda: http_ok(ready_url)))
+        return cache.env
 
     async def cleanup(self) -> None:
         if self.ray is not None:
@@ -185,6 +205,12 @@ class WorkerSupervisor(Supervisor):
 
     async def _head_boot_id(self, head_ip: str) -> str | None:
         """The head supervisor's boot id from its status port; None when it does not answer."""
+        status = await self._head_status(head_ip)
+        boot_id = status.get("boot_id") if status is not None else None
+        return str(boot_id) if boot_id else None
+
+    async def _head_status(self, head_ip: str) -> dict[str, object] | None:
+        """The head supervisor's /status; None when it does not answer with one."""
         import aiohttp  # the worker's status server has it loaded already
 
         if self._http is None:
@@ -192,8 +218,7 @@ class WorkerSupervisor(Supervisor):
         url = f"http://{head_ip}:{self.config.node.status_port}/status"
         try:
             async with self._http.get(url) as answer:
-                status = await answer.json() if answer.status == 200 else {}
+                status = await answer.json() if answer.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        boot_id = status.get("boot_id") if isinstance(status, dict) else None
-        return str(boot_id) if boot_id else None
+        return status if isinstance(status, dict) else None

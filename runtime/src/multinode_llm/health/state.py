@@ -188,6 +188,10 @@ class HealthState:
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     timeline: dict[str, float] = field(default_factory=dict)  # event -> seconds since start
     group_spec: str = ""  # the chart's hash of the group's spec (MULTINODE_LLM_GROUP_SPEC)
+    # The head's compile-cache key (compile_cache.EntryKey): Ray workers read it from /status,
+    # because only the head knows the staged commit, and vLLM's Ray executor gives every worker
+    # the head's VLLM_CACHE_ROOT, so each pod must prepare the head's entry.
+    compile_cache_key: dict[str, str] | None = None
     # Restarts of this pod's supervisor by cause (health/restarts.py); every cause from the start.
     restarts: dict[str, int] = field(default_factory=zero_counts)
     # This supervisor's own metrics registry, made at the first scrape: several states in one
@@ -220,6 +224,7 @@ class HealthState:
             "facts": asdict(self.facts) if self.facts is not None else {},
             "timeline_s": dict(self.timeline),
             "group_spec": self.group_spec,
+            "compile_cache_key": self.compile_cache_key,
             "uptime_s": round(time.monotonic() - self.started_at, 3),
         }
 
