@@ -189,6 +189,9 @@ def hf_env(endpoint: str, home: Path, token: str | None = None) -> dict[str, str
         if not key.startswith(("HF_", "HUGGING_FACE"))
     }
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
+    # `hf` asks pypi.org for a newer version once per HF_HOME: in a network namespace with no DNS
+    # the lookup waits out the resolver (10 s) before the first request the test is about.
+    env["HF_HUB_DISABLE_UPDATE_CHECK"] = "1"
     if token:
         env["HF_TOKEN"] = token
     return env
