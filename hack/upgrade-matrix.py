@@ -134,6 +134,13 @@ CHANGES = [
         {"worker": {"env": [{"name": "TZ", "value": "UTC"}]}},
     ),
     Change("shm.sizeLimit", "`32Gi` -> `48Gi`", {}, {"shm": {"sizeLimit": "48Gi"}}),
+    Change("compileCache.enabled", "true -> false", {}, {"compileCache": {"enabled": False}}),
+    Change(
+        "compileCache.shared.enabled",
+        "false -> true",
+        {},
+        {"compileCache": {"shared": {"enabled": True}}},
+    ),
     Change(
         "strategy.type",
         "`Recreate` -> `RollingUpdate`",

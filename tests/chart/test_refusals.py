@@ -517,6 +517,84 @@ TABLE: dict[str, Refusal] = {
         "monitoring.serviceMonitor.enabled",
         "enable one of them",
     ),
+    # the compile caches (docs/compile-cache.md)
+    "compile cache size not a byte quantity": schema(
+        {"compileCache": {"sizeLimit": "10 GB"}}, "compileCache.sizeLimit"
+    ),
+    "shared compile cache size in millibytes": schema(
+        {"compileCache": {"shared": {"sizeLimit": "500m"}}}, "compileCache.shared.sizeLimit"
+    ),
+    "compile cache typo": schema({"compileCache": {"size": "1Gi"}}, "compileCache"),
+    "shared compile cache for a model on no claim": Refusal(
+        {
+            "model": {"uri": "oci://registry.example/models/qwen:1"},
+            "kserve": {"version": "0.18"},
+            "compileCache": {"shared": {"enabled": True}},
+        },
+        "compileCache.shared.enabled",
+        "set compileCache.shared.enabled=false (each pod keeps its own compile cache)",
+    ),
+    "shared compile cache without the pod's own": Refusal(
+        {"compileCache": {"enabled": False, "shared": {"enabled": True}}},
+        "compileCache.shared.enabled",
+        "set compileCache.enabled=true, or compileCache.shared.enabled=false",
+    ),
+    "shared compile cache at an absolute path": Refusal(
+        {"compileCache": {"shared": {"enabled": True, "path": "/cache"}}},
+        "compileCache.shared.path=/cache",
+        "give a relative path",
+    ),
+    "shared compile cache stepping out of the claim": Refusal(
+        {"compileCache": {"shared": {"enabled": True, "path": "cache/../../etc"}}},
+        "compileCache.shared.path=cache/../../etc",
+        "give a relative path without them",
+    ),
+    "shared compile cache path with an empty folder": Refusal(
+        {"compileCache": {"shared": {"enabled": True, "path": "cache//vllm"}}},
+        "compileCache.shared.path",
+        "joined by single '/'",
+    ),
+    "shared compile cache holding the model": Refusal(
+        {
+            "model": {"uri": "pvc://models/cache/llama"},
+            "compileCache": {"shared": {"enabled": True, "path": "cache"}},
+        },
+        "compileCache.shared.path=cache",
+        "a folder beside the model's",
+    ),
+    "shared compile cache inside the staged model": Refusal(
+        {
+            "model": {"storage": {"path": "qwen"}},
+            "compileCache": {"shared": {"enabled": True, "path": "qwen/compile"}},
+        },
+        "compileCache.shared.path=qwen/compile",
+        "a folder beside the model's",
+    ),
+    "VLLM_CACHE_ROOT beside the compile cache": Refusal(
+        {"head": {"env": [{"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"}]}},
+        "head.env[0] sets VLLM_CACHE_ROOT",
+        "set compileCache.enabled=false to keep your own",
+    ),
+    "compile cache key in worker env": Refusal(
+        {"worker": {"env": [{"name": "MULTINODE_LLM_COMPILE_CACHE_KEY", "value": "x"}]}},
+        "worker.env[0] sets MULTINODE_LLM_COMPILE_CACHE_KEY",
+        "the chart computes it",
+    ),
+    "extra volume named like the compile cache": Refusal(
+        {"extraVolumes": [{"name": "compile-cache-shared", "emptyDir": {}}]},
+        "extraVolumes[0].name=compile-cache-shared",
+        "the chart's shared compile cache (compileCache.shared)",
+    ),
+    "extra mount over the compile cache": Refusal(
+        {
+            "extraVolumes": [{"name": "mine", "emptyDir": {}}],
+            "extraVolumeMounts": [
+                {"name": "mine", "mountPath": "/var/cache/multinode-llm/compile/"}
+            ],
+        },
+        "extraVolumeMounts[0].mountPath=/var/cache/multinode-llm/compile/",
+        "the chart's compile cache (compileCache)",
+    ),
     "group wait beyond the startup budget": Refusal(
         {"group": {"waitTimeoutSeconds": 3600}},
         "group.waitTimeoutSeconds",

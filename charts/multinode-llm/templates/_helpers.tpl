@@ -391,6 +391,7 @@ entry lacks */}}
 # The root filesystem is read-only: caches (vLLM, Triton, torch, Hugging Face) go under HOME on /tmp.
 - name: HOME
   value: /tmp
+{{- include "multinode-llm.compileCacheEnv" . }}
 - name: VLLM_NO_USAGE_STATS
   value: "1"
 {{- if ne .Values.group.executor "mp" }}
@@ -443,18 +444,30 @@ livenessProbe:
   {{- toYaml .probes.liveness | nindent 2 }}
 {{- end }}
 
-{{- /* Mounts of head and worker containers: the chart's, then extraVolumeMounts. Context: root. */}}
+{{- /* Mounts of head and worker containers: the chart's, then extraVolumeMounts. The shared compile
+cache is a subPath of the model's claim: kubelet creates the folder when it is missing. Context: root. */}}
 {{- define "multinode-llm.groupVolumeMounts" -}}
 - name: shm
   mountPath: /dev/shm
 - name: scratch
   mountPath: /tmp
+{{- if .Values.compileCache.enabled }}
+{{- $dirs := include "multinode-llm.compileCacheDirs" . | fromJson }}
+- name: compile-cache
+  mountPath: {{ $dirs.local }}
+{{- if .Values.compileCache.shared.enabled }}
+- name: compile-cache-shared
+  mountPath: {{ $dirs.shared }}
+  subPath: {{ .Values.compileCache.shared.path | quote }}
+{{- end }}
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
-{{- /* Volumes of head and worker pods: /dev/shm in memory, sized by shm.sizeLimit; a writable /tmp. Context: root. */}}
+{{- /* Volumes of head and worker pods: /dev/shm in memory, sized by shm.sizeLimit; a writable /tmp;
+the compile caches (compileCache). Context: root. */}}
 {{- define "multinode-llm.groupVolumes" -}}
 - name: shm
   emptyDir:
@@ -463,6 +476,16 @@ livenessProbe:
 - name: scratch
   emptyDir:
     sizeLimit: {{ .Values.scratch.sizeLimit }}
+{{- if .Values.compileCache.enabled }}
+- name: compile-cache
+  emptyDir:
+    sizeLimit: {{ .Values.compileCache.sizeLimit }}
+{{- if .Values.compileCache.shared.enabled }}
+- name: compile-cache-shared
+  persistentVolumeClaim:
+    claimName: {{ include "multinode-llm.modelClaimOfUri" . }}
+{{- end }}
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -473,8 +496,8 @@ owns it: extraVolumes and extraVolumeMounts may not reuse them. KServe mounts th
 kserve-pvc-source at /mnt/models (storage_initializer_injector.go, every release). */}}
 {{- define "multinode-llm.reservedVolumes" -}}
 {{- dict
-  "names" (dict "shm" "the chart's /dev/shm (shm.sizeLimit)" "scratch" "the chart's writable /tmp (scratch.sizeLimit)" "kserve-pvc-source" "KServe's model volume")
-  "paths" (dict "/dev/shm" "the chart's shm volume (shm.sizeLimit)" "/tmp" "the chart's scratch volume (scratch.sizeLimit)" "/mnt/models" "KServe's model mount")
+  "names" (dict "shm" "the chart's /dev/shm (shm.sizeLimit)" "scratch" "the chart's writable /tmp (scratch.sizeLimit)" "compile-cache" "the chart's compile cache (compileCache)" "compile-cache-shared" "the chart's shared compile cache (compileCache.shared)" "kserve-pvc-source" "KServe's model volume")
+  "paths" (dict "/dev/shm" "the chart's shm volume (shm.sizeLimit)" "/tmp" "the chart's scratch volume (scratch.sizeLimit)" "/var/cache/multinode-llm/compile" "the chart's compile cache (compileCache)" "/var/cache/multinode-llm/shared" "the chart's shared compile cache (compileCache.shared)" "/mnt/models" "KServe's model mount")
   | toJson }}
 {{- end }}
 
@@ -608,6 +631,11 @@ template:
   "MULTINODE_LLM_RAY_RESOURCE" "the chart sets it from gpu.resourceName (accelerators.yaml)"
   "MULTINODE_LLM_SOCKET_IFNAME_ENV" "the chart sets it from gpu.resourceName (accelerators.yaml)"
   "HOME" "the chart points it at the writable /tmp"
+  "MULTINODE_LLM_COMPILE_CACHE" "set compileCache.enabled instead"
+  "MULTINODE_LLM_COMPILE_CACHE_LIMIT" "set compileCache.sizeLimit instead"
+  "MULTINODE_LLM_COMPILE_CACHE_KEY" "the chart computes it from the model, the parallel sizes, the executor, vllm.args and the image"
+  "MULTINODE_LLM_COMPILE_CACHE_SHARED" "set compileCache.shared.enabled instead"
+  "MULTINODE_LLM_COMPILE_CACHE_SHARED_LIMIT" "set compileCache.shared.sizeLimit instead"
   "PYTHONPATH" "KServe refuses it for security reasons"
   | toJson }}
 {{- end }}
@@ -825,6 +853,9 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- /* the executor: the KServe release that has it, Ray-only values (docs/executors.md) */}}
 {{- $errors = concat $errors (include "multinode-llm.validateExecutor" . | fromJsonArray) }}
 
+{{- /* the compile caches: a shared one on the model's claim, in a folder of its own (docs/compile-cache.md) */}}
+{{- $errors = concat $errors (include "multinode-llm.validateCompileCache" . | fromJsonArray) }}
+
 {{- /* environment and vLLM arguments the chart or KServe own */}}
 {{- $reservedEnv := include "multinode-llm.reservedGroupEnv" . | fromJson }}
 {{- range $role := list "head" "worker" }}
@@ -977,6 +1008,106 @@ groupPodPlacement) */}}
 {{- end }}
 {{- toJson $errors }}
 {{- end }} {{- /* define "multinode-llm.validatePlacement" */}}
+
+{{- /* Where head and worker containers mount the compile caches (the runtime reads the paths from
+the env, docs/compile-cache.md), as JSON {"local", "shared"}. Context: any. */}}
+{{- define "multinode-llm.compileCacheDirs" -}}
+{{- dict "local" "/var/cache/multinode-llm/compile" "shared" "/var/cache/multinode-llm/shared" | toJson }}
+{{- end }}
+
+{{- /* The compile cache's key: a hash of what decides what vLLM compiles and the chart knows (the
+model, the parallel sizes, the executor, vLLM's arguments, the image), the same on head and workers;
+the runtime adds vLLM's version and the staged commit to it. Context: root. */}}
+{{- define "multinode-llm.compileCacheKey" -}}
+{{- $v := .Values }}
+{{- $inputs := dict "model" $v.model.uri "tensor" (int $v.parallelism.tensor) "pipeline" (int $v.parallelism.pipeline) "executor" $v.group.executor "vllmArgs" ($v.vllm.args | default list) "image" (include "multinode-llm.image" .) }}
+{{- toJson $inputs | sha256sum | trunc 32 }}
+{{- end }}
+
+{{- /* The compile cache's env on head and worker containers (the contract with the runtime's
+compile_cache.py; nothing with compileCache.enabled=false), each line starting with a newline.
+Context: root. */}}
+{{- define "multinode-llm.compileCacheEnv" -}}
+{{- $cache := .Values.compileCache }}
+{{- if $cache.enabled }}
+{{- $dirs := include "multinode-llm.compileCacheDirs" . | fromJson }}
+# vLLM's compilation caches on a volume that outlives a container restart, one entry per key.
+- name: MULTINODE_LLM_COMPILE_CACHE
+  value: {{ $dirs.local }}
+- name: MULTINODE_LLM_COMPILE_CACHE_LIMIT
+  value: {{ $cache.sizeLimit | quote }}
+- name: MULTINODE_LLM_COMPILE_CACHE_KEY
+  value: {{ include "multinode-llm.compileCacheKey" . | quote }}
+{{- if $cache.shared.enabled }}
+- name: MULTINODE_LLM_COMPILE_CACHE_SHARED
+  value: {{ $dirs.shared }}
+- name: MULTINODE_LLM_COMPILE_CACHE_SHARED_LIMIT
+  value: {{ $cache.shared.sizeLimit | quote }}
+{{- end }}
+{{- end }}
+{{- end }} {{- /* define "multinode-llm.compileCacheEnv" */}}
+
+{{- /* The claim model.uri's model lives on: the chart's (or the existing) claim of an hf:// model,
+CLAIM of pvc://CLAIM/PATH; empty for a model on no claim (oci://). Context: root. */}}
+{{- define "multinode-llm.modelClaimOfUri" -}}
+{{- if include "multinode-llm.stagesModel" . }}
+{{- include "multinode-llm.modelClaim" . }}
+{{- else if eq (include "multinode-llm.modelScheme" .) "pvc" }}
+{{- first (splitList "/" (trimPrefix "pvc://" .Values.model.uri)) }}
+{{- end }}
+{{- end }}
+
+{{- /* The model's folder inside its claim: the staging folder of an hf:// model, PATH of
+pvc://CLAIM/PATH (empty: the claim's root). Context: root. */}}
+{{- define "multinode-llm.modelFolderOnClaim" -}}
+{{- if include "multinode-llm.stagesModel" . }}
+{{- include "multinode-llm.modelPath" . }}
+{{- else }}
+{{- rest (splitList "/" (trimPrefix "pvc://" .Values.model.uri)) | compact | join "/" }}
+{{- end }}
+{{- end }}
+
+{{- /* The refusals of compileCache, as a JSON array of messages; "multinode-llm.validate" reports
+them with the others. Context: root. */}}
+{{- define "multinode-llm.validateCompileCache" -}}
+{{- $v := .Values }}
+{{- $cache := $v.compileCache }}
+{{- $errors := list }}
+{{- if $cache.enabled }}
+{{- range $role := list "head" "worker" }}
+{{- range $i, $e := index $v $role "env" | default list }}
+{{- if eq (toString $e.name) "VLLM_CACHE_ROOT" }}
+{{- $errors = append $errors (printf "%s.env[%d] sets VLLM_CACHE_ROOT with compileCache.enabled=true: the runtime points it at the compile cache's entry for this model and layout; remove it from %s.env, or set compileCache.enabled=false to keep your own" $role $i $role) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $cache.shared.enabled (include "multinode-llm.hasModel" .) }}
+{{- $path := toString $cache.shared.path }}
+{{- $claim := include "multinode-llm.modelClaimOfUri" . }}
+{{- $segments := splitList "/" $path }}
+{{- if not $cache.enabled }}
+{{- $errors = append $errors "compileCache.shared.enabled=true with compileCache.enabled=false: the shared cache seeds and publishes the pod's own compile cache, which is off; set compileCache.enabled=true, or compileCache.shared.enabled=false" }}
+{{- end }}
+{{- if not $claim }}
+{{- $errors = append $errors (printf "compileCache.shared.enabled=true with model.uri=%s: the shared compile cache lives on the model's ReadWriteMany claim, and this model is on none; set compileCache.shared.enabled=false (each pod keeps its own compile cache), or serve the model from hf:// or pvc://CLAIM/PATH" $v.model.uri) }}
+{{- end }}
+{{- if hasPrefix "/" $path }}
+{{- $errors = append $errors (printf "compileCache.shared.path=%s is absolute: it names a folder inside the model's claim (a subPath); give a relative path, e.g. .multinode-llm/compile-cache" $path) }}
+{{- else if or (has ".." $segments) (has "." $segments) }}
+{{- $errors = append $errors (printf "compileCache.shared.path=%s holds a '.' or '..' folder: kubelet refuses a subPath that steps out of the volume, and the folder must be one place; give a relative path without them, e.g. .multinode-llm/compile-cache" $path) }}
+{{- else if not (regexMatch "^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$" $path) }}
+{{- $errors = append $errors (printf "compileCache.shared.path=%q is not a relative path of folder names (letters, digits, '.', '_', '-', joined by single '/'); give one, e.g. .multinode-llm/compile-cache" $path) }}
+{{- else if $claim }}
+{{- $model := include "multinode-llm.modelFolderOnClaim" . }}
+{{- /* a model at the claim's root holds every folder; the runtime's pruning must never reach the model */}}
+{{- if and $model (or (eq $model $path) (hasPrefix (printf "%s/" $path) $model) (hasPrefix (printf "%s/" $model) $path)) }}
+{{- $errors = append $errors (printf "compileCache.shared.path=%s overlaps the model's folder %s on claim %s: the runtime prunes the shared folder, and the model must stay apart from it; set compileCache.shared.path to a folder beside the model's, e.g. .multinode-llm/compile-cache" $path $model $claim) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.validateCompileCache" */}}
 
 {{- /* Seconds kubelet lets a container start before it restarts it: initialDelaySeconds +
 periodSeconds x failureThreshold of its startup probe. Context: the probe (head.probes.startup). */}}
