@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 from multinode_llm import compile_cache
 from multinode_llm.compile_cache import CompileCache, EntryKey, Settings
-from multinode_llm.config import head_config
+from multinode_llm.config import head_config, worker_config
 from multinode_llm.errors import UserError
 from multinode_llm.group.head import HeadSupervisor
 from multinode_llm.group.mp_worker import _grant
+from multinode_llm.group.worker import WorkerSupervisor
 from multinode_llm.serving.command import engine_env
 from multinode_llm.staging import layout
+from multinode_llm_testing.ports import free_port
 
 KEY = EntryKey(chart_key="c0ffee", vllm="vllm 0.32.0", model_commit="")
 COMMIT = "b" * 40
@@ -429,6 +431,36 @@ def test_an_mp_worker_takes_the_heads_key_from_its_grant() -> None:
     assert _grant(answer, "h:8081").compile_cache_key == KEY
     del answer["compile_cache_key"]  # an older head: the worker computes its own
     assert _grant(answer, "h:8081").compile_cache_key is None
+
+
+def test_a_ray_worker_prepares_the_entry_its_head_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The head's key holds a commit the worker cannot know: vLLM's Ray executor gives the
+    # worker's processes the head's VLLM_CACHE_ROOT, so the worker must prepare that entry.
+    staged = EntryKey("k", compile_cache.vllm_version(), COMMIT)
+    monkeypatch.setenv("MULTINODE_LLM_COMPILE_CACHE", str(tmp_path / "local"))
+    monkeypatch.setenv("MULTINODE_LLM_COMPILE_CACHE_KEY", "k")
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    port = free_port()
+    head = HeadSupervisor(head_config(HEAD_ENV, {"status_port": port}))
+    head.state.compile_cache_key = staged.to_dict()
+    env = {"POD_IP": "127.0.0.1", "REQUEST_GPU_COUNT": "1", "RAY_NODE_COUNT": "2"}
+    worker = WorkerSupervisor(
+        worker_config(env, {"head_address": "127.0.0.1", "status_port": port})
+    )
+
+    async def scenario() -> dict[str, str]:
+        await head.server.start()
+        try:
+            return await worker._prepare_compile_cache("127.0.0.1")
+        finally:
+            for task in worker.background:
+                task.cancel()
+            await worker.cleanup()
+            await head.server.stop()
+
+    assert asyncio.run(scenario()) == {"VLLM_CACHE_ROOT": str(tmp_path / "local" / staged.name)}
 
 
 def _remove_local(tmp_path: Path) -> None:
