@@ -199,3 +199,10 @@ def test_the_key_is_the_same_for_another_release_of_the_same_model(major: str) -
             PVC, {"compileCache": {"shared": {"enabled": True}}, "scratch": {"sizeLimit": "30Gi"}}
         ),
     )
+
+
+def test_a_vllm_cache_root_of_ones_own_is_admitted(major: str) -> None:
+    """The runtime leaves the cache alone when head.env or worker.env set VLLM_CACHE_ROOT."""
+    own = [{"name": "VLLM_CACHE_ROOT", "value": "/mnt/mine"}]
+    render = template(major, values=deep_merge(PVC, {"head": {"env": own}, "worker": {"env": own}}))
+    assert render.returncode == 0, render.stderr

@@ -570,11 +570,6 @@ TABLE: dict[str, Refusal] = {
         "compileCache.shared.path=qwen/compile",
         "a folder beside the model's",
     ),
-    "VLLM_CACHE_ROOT beside the compile cache": Refusal(
-        {"head": {"env": [{"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"}]}},
-        "head.env[0] sets VLLM_CACHE_ROOT",
-        "set compileCache.enabled=false to keep your own",
-    ),
     "compile cache key in worker env": Refusal(
         {"worker": {"env": [{"name": "MULTINODE_LLM_COMPILE_CACHE_KEY", "value": "x"}]}},
         "worker.env[0] sets MULTINODE_LLM_COMPILE_CACHE_KEY",

@@ -1073,15 +1073,6 @@ them with the others. Context: root. */}}
 {{- $v := .Values }}
 {{- $cache := $v.compileCache }}
 {{- $errors := list }}
-{{- if $cache.enabled }}
-{{- range $role := list "head" "worker" }}
-{{- range $i, $e := index $v $role "env" | default list }}
-{{- if eq (toString $e.name) "VLLM_CACHE_ROOT" }}
-{{- $errors = append $errors (printf "%s.env[%d] sets VLLM_CACHE_ROOT with compileCache.enabled=true: the runtime points it at the compile cache's entry for this model and layout; remove it from %s.env, or set compileCache.enabled=false to keep your own" $role $i $role) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
 {{- if and $cache.shared.enabled (include "multinode-llm.hasModel" .) }}
 {{- $path := toString $cache.shared.path }}
 {{- $claim := include "multinode-llm.modelClaimOfUri" . }}
