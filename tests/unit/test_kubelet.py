@@ -131,19 +131,23 @@ def _standin_pod(
     flags: Path,
     command: list[str] | None = None,
     scratch_at: str = "/mnt/scratch",
+    claim: Path | None = None,
+    fs_group: int | None = None,
 ) -> Any:
+    """One stand-in pod; with ``claim``, that directory is claim ``shared``, whose folder
+    ``cache/compile`` (a subPath) the container mounts at /mnt/shared."""
     host = network.add_host("p")
+    security: dict[str, Any] = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True}
+    if fs_group is not None:
+        security["fsGroup"] = fs_group
     pod_spec = {
         "terminationGracePeriodSeconds": 2,
-        "securityContext": {
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "runAsNonRoot": True,
-        },
+        "securityContext": security,
         "volumes": [
             {"name": "flags", "hostPath": {"path": str(flags)}},
             {"name": "code", "hostPath": {"path": str(STANDIN.parent)}},
             {"name": "scratch", "emptyDir": {}},
+            {"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}},
         ],
         "containers": [
             {
@@ -164,6 +168,7 @@ def _standin_pod(
                     {"name": "flags", "mountPath": "/mnt/flags"},
                     {"name": "code", "mountPath": "/mnt/code", "readOnly": True},
                     {"name": "scratch", "mountPath": scratch_at},
+                    {"name": "shared", "mountPath": "/mnt/shared", "subPath": "cache/compile"},
                 ],
                 "startupProbe": {
                     "httpGet": {"path": "/startup", "port": 8081},
@@ -193,7 +198,10 @@ def _standin_pod(
         directory=state.pod_dir("standin-0"),
         gpus=1,
     )
-    pod = plan_pod(identity, pod_spec, [], {})
+    if claim is None:
+        pod_spec["volumes"].pop()
+        pod_spec["containers"][0]["volumeMounts"].pop()
+    pod = plan_pod(identity, pod_spec, [], {} if claim is None else {"shared": claim})
     plan = ClusterPlan(
         prefix=state.prefix,
         subnet=str(network.subnet),
@@ -341,33 +349,40 @@ def test_the_container_sees_its_pod_not_the_host(
     assert int(lines[6]) <= 5  # its own PID namespace: init, sh, ps, wc (not the host's processes)
 
 
-# A container that counts its runs in /tmp/runs, crashing after its first run.
-_COUNT_RUNS = (
-    "n=$(cat /tmp/runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > /tmp/runs; "
-    'echo "run $n"; if [ $n -lt 2 ]; then exit 3; fi; sleep 30'
-)
+def _count_runs(directory: str) -> str:
+    """A container that counts its runs in DIRECTORY/runs, crashing after its first run."""
+    runs = f"{directory}/runs"
+    return (
+        f"n=$(cat {runs} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {runs}; "
+        'echo "run $n"; if [ $n -lt 2 ]; then exit 3; fi; sleep 30'
+    )
 
 
 @needs_root
 @pytest.mark.parametrize(
-    ("scratch_at", "kept"),
-    [("/tmp", True), ("/mnt/scratch", False)],
-    ids=["emptyDir at /tmp", "the container's own /tmp"],
+    ("scratch_at", "runs_in", "kept"),
+    [
+        ("/tmp", "/tmp", True),
+        ("/mnt/scratch", "/tmp", False),
+        ("/var/cache/multinode-llm/compile", "/var/cache/multinode-llm/compile", True),
+    ],
+    ids=["emptyDir at /tmp", "the container's own /tmp", "emptyDir at the compile cache's path"],
 )
 def test_an_emptydir_outlives_a_container_restart_and_goes_with_the_pod(
     cluster: tuple[Network, ClusterState],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     scratch_at: str,
+    runs_in: str,
     kept: bool,
 ) -> None:
     """As kubelet keeps a pod's emptyDir across restarts of its containers (the supervisors'
-    restarts file lives on the chart's /tmp emptyDir), while a container's own /tmp, its image
+    restarts file lives on the chart's /tmp emptyDir, vLLM's compile cache on the chart's
+    compile-cache emptyDir, at a path the host lacks), while a container's own /tmp, its image
     layer, is new on every start; removing the pod (``local down``) removes its emptyDirs."""
     network, state = cluster
-    plan = _standin_pod(
-        network, state, tmp_path, command=["sh", "-c", _COUNT_RUNS], scratch_at=scratch_at
-    )
+    command = ["sh", "-c", _count_runs(runs_in)]
+    plan = _standin_pod(network, state, tmp_path, command=command, scratch_at=scratch_at)
     pod_dir = Path(plan.pods[0].directory)
     second_log = pod_dir / "standin-1.log"
 
@@ -386,3 +401,35 @@ def test_an_emptydir_outlives_a_container_restart_and_goes_with_the_pod(
     monkeypatch.setenv("MULTINODE_LLM_LOCAL_STATE", str(state.directory.parent))
     down(state.prefix)
     assert not emptydir.exists()
+
+
+@needs_root
+@pytest.mark.parametrize(("fs_group", "gid", "mode"), [(2000, 2000, 0o2775), (None, 1000, 0o755)])
+def test_a_missing_subpath_of_a_claim_is_made_for_the_pods_user_as_kubelet_makes_it(
+    cluster: tuple[Network, ClusterState],
+    tmp_path: Path,
+    fs_group: int | None,
+    gid: int,
+    mode: int,
+) -> None:
+    """kubelet creates a writable mount's missing subPath at container start (the shared compile
+    cache's folder on the model's claim); the pod's user (uid 1000) can write into it."""
+    network, state = cluster
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    script = "echo compiled > /mnt/shared/entry && echo written; sleep 30"
+    plan = _standin_pod(
+        network, state, tmp_path, command=["sh", "-c", script], claim=claim, fs_group=fs_group
+    )
+    log = Path(plan.pods[0].directory) / "standin-0.log"
+    assert not (claim / "cache").exists()  # planning makes nothing: the container's start does
+
+    async def scenario(kubelet: Kubelet) -> None:
+        del kubelet
+        await _wait(lambda: log.exists() and "written" in log.read_text(), 20, "the write")
+
+    _run(state, plan, scenario)
+    for folder in (claim / "cache", claim / "cache" / "compile"):
+        info = folder.stat()
+        assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1000, gid, mode), folder
+    assert (claim / "cache" / "compile" / "entry").read_text() == "compiled\n"

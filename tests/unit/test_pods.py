@@ -130,6 +130,23 @@ def test_the_local_cluster_mocks_gpus_for_every_pod_and_nothing_else_does(
     assert "MULTINODE_LLM_GPU_MOCK" not in RENDERED.read_text()
 
 
+def test_every_pod_runs_vllm_without_aot_compile_unless_the_container_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    """vLLM 0.32's CPU build cannot load its own AOT artifacts (pods.CPU_VLLM_ENV)."""
+    for executor in ("ray", "mp"):
+        spec = _pod_spec(env=[{"name": "MULTINODE_LLM_EXECUTOR", "value": executor}])
+        assert (
+            plan_pod(_identity(tmp_path), spec, [], {}).containers[0].env["VLLM_USE_AOT_COMPILE"]
+            == "0"
+        ), executor
+    spec = _pod_spec(env=[{"name": "VLLM_USE_AOT_COMPILE", "value": "1"}])
+    assert (
+        plan_pod(_identity(tmp_path), spec, [], {}).containers[0].env["VLLM_USE_AOT_COMPILE"] == "1"
+    )
+    assert "VLLM_USE_AOT_COMPILE" not in RENDERED.read_text()
+
+
 def test_mp_pods_get_their_gpu_count_and_unbound_ranks_unless_the_container_says_otherwise(
     tmp_path: Path,
 ) -> None:
@@ -256,12 +273,46 @@ def test_a_claim_without_a_local_directory_says_how_to_give_one(tmp_path: Path) 
 
 
 def test_a_missing_model_path_on_the_claim_is_named(tmp_path: Path) -> None:
+    """A read-only mount (KServe's model mount) of a missing folder fails before any container
+    starts, saying what to put there; kubelet would make an empty folder vLLM then fails on."""
+    mount = {"name": "m", "mountPath": "/mnt/models", "subPath": "absent", "readOnly": True}
     spec = {
         "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
-        **_pod_spec(volumeMounts=[{"name": "m", "mountPath": "/mnt/models", "subPath": "absent"}]),
+        **_pod_spec(volumeMounts=[mount]),
     }
     with pytest.raises(UserError, match=r"absent.*does not exist.*make-model"):
         plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path})
+
+
+@pytest.mark.parametrize(
+    ("security", "owner"),
+    [
+        ({"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 3000}, (1000, 3000, 0o2775)),
+        ({"runAsUser": 1000, "runAsGroup": 1001}, (1000, 1001, 0o755)),
+    ],
+    ids=["fsGroup", "no fsGroup"],
+)
+def test_a_missing_writable_subpath_is_left_to_the_container_start_with_its_owner(
+    tmp_path: Path, security: dict[str, int], owner: tuple[int, int, int]
+) -> None:
+    """As kubelet creates it at container start (the shared compile cache's folder); the real
+    container's start is in test_kubelet.py."""
+    spec = {
+        "securityContext": security,
+        "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models"}}],
+        **_pod_spec(
+            volumeMounts=[{"name": "m", "mountPath": "/mnt/shared", "subPath": ".cache/compile"}]
+        ),
+    }
+    [mount] = [
+        m
+        for m in plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path}).containers[0].mounts
+        if m.target == "/mnt/shared"
+    ]
+    assert mount.source == str(tmp_path / ".cache" / "compile")
+    assert (mount.owner_uid, mount.owner_gid, mount.mode) == owner
+    assert not mount.read_only
+    assert not (tmp_path / ".cache").exists()
 
 
 def test_probes_get_kubernetes_defaults_and_named_ports(tmp_path: Path) -> None:

@@ -148,10 +148,27 @@ def _restore(path: str, descriptor: int) -> None:
 
 def _open_source(mount: dict[str, Any]) -> int:
     source = Path(mount["source"])
-    if not source.exists():  # an emptyDir's directory, or a subPath the kubelet creates
-        source.mkdir(parents=True, mode=0o777)
+    if source.exists():
+        pass
+    elif mount.get("owner_uid") is None:  # an emptyDir's directory, or a subPath in it
+        source.mkdir(parents=True, mode=0o777, exist_ok=True)
         source.chmod(0o777)
+    else:  # a claim's subPath, which kubelet creates at container start
+        _make_subpath(source, mount["owner_uid"], mount["owner_gid"], mount["mode"])
     return os.open(source, os.O_PATH)
+
+
+def _make_subpath(source: Path, uid: int, gid: int, mode: int) -> None:
+    """Make each missing folder of ``source`` owned by uid:gid with ``mode`` (pods.py says which).
+    Another pod's container may be making the same folders: one that appears meanwhile is theirs."""
+    missing = [p for p in (source, *source.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        os.chown(directory, uid, gid)
+        directory.chmod(mode)
 
 
 def _mount(mount: dict[str, Any], source: int | None) -> None:

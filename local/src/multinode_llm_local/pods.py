@@ -36,6 +36,15 @@ GPU_MOCK_ENV: Mapping[str, str] = {"MULTINODE_LLM_GPU_MOCK": "1", "VLLM_CPU_KVCA
 # 0.12x the Ray group's throughput (bench/group.py), so each gets one, as Ray starts its workers
 # with OMP_NUM_THREADS=1. A container that sets either variable itself keeps its value.
 MP_ENV: Mapping[str, str] = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+# vLLM 0.32's CPU build cannot load the AOT-compiled artifacts it saves itself: a start with a warm
+# cache logs "Compiling model again due to a load failure ... 'function' object has no attribute
+# 'finalize_loading'" (vllm/compilation/decorators.py; on CPU inductor is off, so the compiled
+# function is a plain one) and compiles again. Without AOT compilation a warm start reuses the
+# torch.compile cache: one plain server (the tiny model, on the CPUs here) restarted with its cache
+# was ready in 22.4 s instead of 27.1 s, 45.2 s cold. So every pod the local cluster runs (only
+# vLLM reads it) starts without it (docs/cpu-groups.md); a GPU build loads its artifacts and needs
+# no such thing. A container that sets it itself keeps its value, as with MP_ENV.
+CPU_VLLM_ENV: Mapping[str, str] = {"VLLM_USE_AOT_COMPILE": "0"}
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_SHM_BYTES = 64 * 2**20  # a container runtime's /dev/shm when the pod mounts none
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -69,6 +78,12 @@ class Mount:
     source: str = ""
     read_only: bool = False
     size_bytes: int | None = None
+    # How the container's init makes a missing source: None, an emptyDir's directory (mode 0777,
+    # as kubelet makes it); else a claim's subPath, each missing folder owned by owner_uid:owner_gid
+    # with this mode (_subpath_owner).
+    owner_uid: int | None = None
+    owner_gid: int | None = None
+    mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +288,7 @@ def container_env(
         else:
             env[name] = expand(str(var.get("value", "")), env)
     env.update(GPU_MOCK_ENV)
+    env = {**CPU_VLLM_ENV, **env}
     if env.get("MULTINODE_LLM_EXECUTOR") == "mp":
         env = {**MP_ENV, **env, "MULTINODE_LLM_GPU_MOCK_DEVICES": str(max(identity.gpus, 1))}
     return env
@@ -335,6 +351,7 @@ def container_mounts(
     """The container's volume mounts resolved to host directories and tmpfs, shallowest first."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
     mounts: list[Mount] = []
+    owner = _subpath_owner(pod_spec, container, f"pod {identity.name}")
     for spec in container.get("volumeMounts") or []:
         volume = volumes.get(spec["name"])
         what = f"pod {identity.name}, volume {spec['name']!r}"
@@ -348,7 +365,7 @@ def container_mounts(
                 "and the local cluster does not write to the host's /: "
                 "mount it below an existing directory"
             )
-        mounts.append(_mount(volume, spec, sub_path, identity, objects, claims, what))
+        mounts.append(_mount(volume, spec, sub_path, identity, objects, claims, owner, what))
     targets = {m.target for m in mounts}
     # The container's own /dev/shm and /tmp, as its runtime and image layer would give it.
     for private, size in (("/dev/shm", DEFAULT_SHM_BYTES), ("/tmp", None)):  # noqa: S108
@@ -364,6 +381,7 @@ def _mount(
     identity: PodIdentity,
     objects: list[Obj],
     claims: Mapping[str, Path],
+    owner: tuple[int, int, int],
     what: str,
 ) -> Mount:
     target = spec["mountPath"]
@@ -386,13 +404,23 @@ def _mount(
                 f"pass --volume {claim}=DIR"
             )
         source = claims[claim] / sub_path
-        if not source.exists():
+        read_only = read_only or bool(volume["persistentVolumeClaim"].get("readOnly"))
+        if source.exists():
+            return Mount(target=target, kind="bind", source=str(source), read_only=read_only)
+        if read_only:
+            # kubelet would create this folder too, but a read-only mount of a claim is the model
+            # KServe mounts from the storageUri: an empty folder would only fail later, in vLLM,
+            # far from the cause, so the local cluster says what to put there instead.
             raise UserError(
                 f"{what}: {source} (claim {claim!r}, subPath {sub_path!r}) does not exist: "
                 "put the model there (multinode-llm-local make-model DIR) or fix the storageUri"
             )
-        read_only = read_only or bool(volume["persistentVolumeClaim"].get("readOnly"))
-        return Mount(target=target, kind="bind", source=str(source), read_only=read_only)
+        # A writable subPath that is missing (the shared compile cache's folder): kubelet creates
+        # it at container start, and so does the container's init, owned as _subpath_owner says.
+        uid, gid, mode = owner
+        return Mount(
+            target=target, kind="bind", source=str(source), owner_uid=uid, owner_gid=gid, mode=mode
+        )
     for kind, key in (("configMap", "name"), ("secret", "secretName")):
         if kind in volume:
             directory = identity.directory / "volumes" / volume["name"]
@@ -408,6 +436,22 @@ def _mount(
         f"{what}: volume type {kinds} is not supported by the local cluster "
         "(it runs emptyDir, persistentVolumeClaim, configMap, secret and hostPath)"
     )
+
+
+def _subpath_owner(pod_spec: Obj, container: Obj, what: str) -> tuple[int, int, int]:
+    """(uid, gid, mode) of the folders a missing subPath of a claim is made of.
+
+    kubelet creates them (makeMounts, SafeMakeDir) with the mode of the volume's root, inside a
+    volume whose root it has given to the pod's fsGroup (group-writable and setgid, so new folders
+    inherit the group). A local claim is a directory kubelet never chowned, so the folders are
+    given what fsGroup would give: the pod's user, the fsGroup (else the user's group), and
+    rwxrwsr-x with an fsGroup, rwxr-xr-x without: the pod's user can write either way.
+    """
+    uid, gid, _ = run_as(pod_spec, container, what)
+    fs_group = (pod_spec.get("securityContext") or {}).get("fsGroup")
+    if fs_group is None:
+        return uid, gid, 0o755
+    return uid, int(fs_group), 0o2775
 
 
 def _write_projection(
