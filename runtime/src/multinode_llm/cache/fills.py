@@ -2,9 +2,13 @@
 
 One fill per blob key however many requests want it (concurrent misses coalesce). A fill is a task
 of its own, not part of any request, so a client that hangs up does not cancel it: the next client
-finds the blob stored. Bytes land in a partial file; readers wait for the fill's outcome and send
-only verified bytes (responses.py), so no client ever holds a byte of a blob that then fails its
-hash, and none can assemble a wrong file from a cut body and a resumed range.
+finds the blob stored. Bytes land in a partial file; a client's reader waits for the fill's outcome
+and sends only verified bytes (responses.py), so no client ever holds a byte of a blob that then
+fails its hash, and none can assemble a wrong file from a cut body and a resumed range. A peer's
+reader (which verifies every byte itself) follows the partial file as it grows (``written``,
+``moved``): it gets the blob's last byte only once the fill is verified, and is cut off when the
+fill fails or starts over (``generation``), so a node downloading from its owner is never a whole
+file behind.
 
 Sources are tried in order (the blob's owner peer, maybe its heirs, then upstream). When one fails
 mid-transfer the next continues from the byte where it stopped, with a Range request, so a peer
@@ -91,9 +95,25 @@ class Fill:
     hasher: Hash
     written: int = 0
     fed_by: set[str] = field(default_factory=set)  # peers whose bytes are in since the last start
+    generation: int = 0  # start-overs so far: bytes a reader took before one are void
     outcome: asyncio.Future[None] = field(  # done once verified; or the failure
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    _moved: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def moved(self) -> None:
+        """Return at the fill's next change: more bytes written, a start-over, its end."""
+        await self._moved.wait()
+
+    def notify_readers(self) -> None:
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome.done() and (
+            self.outcome.cancelled() or self.outcome.exception() is not None
+        )
 
     def open_reader(self) -> BinaryIO:
         """A file object on the partial file, which stays the blob's after its rename.
@@ -109,6 +129,8 @@ class Fill:
         """Forget the bytes so far (they failed the hash); the peers that fed any of them."""
         liars, self.fed_by = self.fed_by, set()
         self.written, self.hasher = 0, self.key.hasher(self.size)
+        self.generation += 1
+        self.notify_readers()
         return liars
 
 
@@ -162,6 +184,7 @@ class Fills:
             # Verified: readers may send now, while the disk catches up (a flush of many
             # gigabytes can outlast a client's read timeout).
             fill.outcome.set_result(None)
+            fill.notify_readers()
             await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fill.fd)
             self.store.publish(fill.key, fill.partial, fill.size)  # durable, then visible
             log.info("stored %s (%d bytes)", fill.key, fill.size)
@@ -174,6 +197,7 @@ class Fills:
             if not fill.outcome.done():
                 fill.outcome.set_exception(failure)
                 fill.outcome.exception()  # retrieved: readers that care await it themselves
+            fill.notify_readers()
             if not isinstance(error, Exception):
                 raise  # cancellation and exit go on
         finally:
@@ -244,6 +268,7 @@ class Fills:
         except OSError as error:  # the store's disk, not the source: the fill cannot go on
             raise self.store.full_error(error) from error
         fill.written += len(chunk)
+        fill.notify_readers()
         if source.peer:
             fill.fed_by.add(source.peer)
             self.metrics.peer_bytes_total += len(chunk)

@@ -1,13 +1,16 @@
 """Blob bodies on the wire: the kernel's sendfile from the store, Python only to start and finish.
 
-Only verified bytes are ever sent. A stored blob is sent with sendfile(2): the bytes go from the
-page cache to the socket without entering Python, from worker threads so that many transfers use
-every core. A request for a blob still being filled waits for the fill to be verified before its
-status line, so a failed fill is answered with a plain error (502, 507) and never with a cut body a
-client could resume into a wrong file. While it waits, an HTTP/1.1 client gets a ``100 Continue``
-every ``INTERIM`` seconds: interim responses every client skips (RFC 9110 15.2; Python's
-http.client, httpx, aiohttp, hyper and curl do), which keep its read timeout from expiring during a
-long fill.
+Only verified bytes are ever sent to a client. A stored blob is sent with sendfile(2): the bytes go
+from the page cache to the socket without entering Python, from worker threads so that many
+transfers use every core. A client's request for a blob still being filled waits for the fill to be
+verified before its status line, so a failed fill is answered with a plain error (502, 507) and
+never with a cut body a client could resume into a wrong file. A peer's request (``send_filling``)
+is answered as the bytes land, since the peer hashes them itself: its status line once the first
+byte it asked for is in, the blob's last byte once the fill is verified, and the connection cut
+(never a clean short end) when the fill fails or starts over. While either waits, an HTTP/1.1 client
+gets a ``100 Continue`` every ``INTERIM`` seconds: interim responses every client skips (RFC 9110
+15.2; Python's http.client, httpx, aiohttp, hyper and curl do), which keep its read timeout from
+expiring during a long fill.
 
 aiohttp's ``web.FileResponse`` is not used for stored blobs, though it does Range and sendfile. It
 sends from the event loop's one thread with no bound on a client that stops reading (here: the
@@ -106,6 +109,61 @@ async def wait_verified(request: web.Request, fill: Fill) -> None:
         except TimeoutError:
             if request.version >= HttpVersion11:  # HTTP/1.0 knows no interim responses
                 await request.writer.write(_INTERIM_RESPONSE)
+
+
+async def wait_landed(request: web.Request, fill: Fill, offset: int) -> None:
+    """Return once ``fill`` holds the byte at ``offset`` (or is verified), with interim responses
+    meanwhile; FillFailedError when it failed first, so the reader gets a plain error."""
+    loop = asyncio.get_running_loop()
+    next_interim = loop.time() + INTERIM
+    while fill.written <= offset and not fill.outcome.done():
+        try:
+            async with asyncio.timeout_at(next_interim):
+                await fill.moved()
+        except TimeoutError:
+            next_interim = loop.time() + INTERIM
+            if request.version >= HttpVersion11:
+                await request.writer.write(_INTERIM_RESPONSE)
+    if fill.outcome.done():
+        fill.outcome.result()
+
+
+async def send_filling(
+    request: web.Request,
+    response: web.StreamResponse,
+    file: BinaryIO,
+    fill: Fill,
+    start: int,
+    length: int,
+    metrics: Metrics,
+) -> None:
+    """Send ``length`` bytes of ``fill`` from ``start`` as they land, the last only once verified.
+
+    The connection is cut (the reader sees an error, never a short body it could take for whole)
+    when the fill fails or starts over, or when the client stops reading.
+    """
+    generation, sent, end = fill.generation, 0, start + length
+    try:
+        while sent < length:
+            if fill.failed or fill.generation != generation:
+                raise FillBrokeError(f"the fill of {fill.key} broke off at byte {fill.written}")
+            # The blob's last byte waits for the verdict: a whole body means a verified one.
+            landed = fill.size if fill.outcome.done() else min(fill.written, fill.size - 1)
+            ready = min(landed, end) - (start + sent)
+            if ready <= 0:
+                await fill.moved()
+                continue
+            await _send(request, response, file, start + sent, ready, metrics)
+            sent += ready
+        await response.write_eof()
+    except (*_DISCONNECTS, FillBrokeError) as error:
+        log.debug("streaming %d bytes of a fill ended early: %r", length, error)
+        if request.transport is not None:
+            request.transport.abort()
+
+
+class FillBrokeError(Exception):
+    """The fill a reader follows failed or started over: what it sent so far is void."""
 
 
 async def _send(

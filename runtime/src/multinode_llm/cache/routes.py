@@ -6,7 +6,8 @@ The subset, and what the clients rely on in it: docs/hub-protocol.md.
   bytes, 200 or 206/416. Whether the caller may have them is asked upstream, with the caller's own
   credential (a HEAD of that file, which also gives its facts), unless the Hub said yes to that
   caller for that file within ``--auth-ttl`` (auth.py); a ref is asked again after ``ref_ttl``.
-  Bytes come from the store or a fill (a peer or upstream, fills.py), and only once verified.
+  Bytes come from the store or a fill (a peer or upstream, fills.py), and only once verified;
+  a peer's request is answered as the fill's bytes land (it verifies them itself, responses.py).
 - ``GET /api/{type}/{repo}[/revision/{rev}]``: always upstream (it resolves a ref), Xet stripped.
 - ``GET /api/{type}/{repo}/tree/{rev}[/{path}]``: cached per commit for callers the Hub let list
   it, pagination links rewritten; only the query parameters the Hub reads are kept and sent, so
@@ -43,7 +44,13 @@ from multinode_llm.cache.metrics import Metrics
 from multinode_llm.cache.paths import ApiTarget, FileTarget, is_commit
 from multinode_llm.cache.peers import Peers
 from multinode_llm.cache.ranges import UnsatisfiableRangeError, parse_range
-from multinode_llm.cache.responses import send_stored, start_body, wait_verified
+from multinode_llm.cache.responses import (
+    send_filling,
+    send_stored,
+    start_body,
+    wait_landed,
+    wait_verified,
+)
 from multinode_llm.cache.sanitize import clean_json, next_link, passed_headers
 from multinode_llm.cache.store import BlobKey, Store, StoreFullError
 from multinode_llm.cache.upstream import (
@@ -206,16 +213,18 @@ class Hub:
                 response, start, length = await start_body(request, headers, size, byte_range)
                 await send_stored(request, response, file, start, length, self.metrics)
             return response
-        fill = self._join_or_start(
-            key, target, facts, authorization, PEER_HEADER in request.headers
-        )
+        from_peer = PEER_HEADER in request.headers
+        fill = self._join_or_start(key, target, facts, authorization, from_peer)
         if isinstance(fill, web.Response):
             return fill
         # The reader's descriptor is taken now, before any await: the fill closes its own when it
         # ends, and its number may then name any file or socket opened since.
         with fill.open_reader() as file:
             try:
-                await wait_verified(request, fill)
+                if from_peer:  # a peer verifies every byte itself: it gets them as they land
+                    await wait_landed(request, fill, byte_range.start if byte_range else 0)
+                else:
+                    await wait_verified(request, fill)
             except FillFailedError as failure:
                 return error(
                     failure.status,
@@ -224,7 +233,10 @@ class Hub:
                     {**headers, **failure.headers},
                 )
             response, start, length = await start_body(request, headers, facts.size, byte_range)
-            await send_stored(request, response, file, start, length, self.metrics)
+            if from_peer:
+                await send_filling(request, response, file, fill, start, length, self.metrics)
+            else:
+                await send_stored(request, response, file, start, length, self.metrics)
         return response
 
     def _join_or_start(
