@@ -159,3 +159,48 @@ def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(nodes, hub_on_b
     print(f"owner killed mid-transfer: upstream bytes of the big blob / its size = {ratio:.3f}")
     assert hub_on_bridge.blob_bytes[big] < 2 * size, "the heir started over instead of resuming"
     assert sum(cache.metrics()["peer_retries_total"] for _, cache in survivors) >= 1
+
+
+def test_a_node_streams_its_owners_fill_while_the_owner_still_fills_it(
+    nodes, hub_on_bridge, tmp_path
+):
+    """`hf download` on a node that does not own the blob: that node's bytes come from the owner
+    while the owner's own fill is still running, not after it."""
+    files = model_files(seed=32, shard_size=24 << 20)
+    big = "model-00001-of-00002.safetensors"
+    hub_on_bridge.add(FakeRepo("org/stream", files))
+    hub_on_bridge.bytes_per_second = 6 << 20  # about 4 s for the big blob
+    digest = hashlib.sha256(files[big]).hexdigest()
+    addresses = [f"{host.ip}:{PEER_PORT}" for host, _ in nodes]
+    owner_address = rendezvous(f"sha256:{digest}", addresses)[0]
+    owner = next(cache for host, cache in nodes if f"{host.ip}:{PEER_PORT}" == owner_address)
+    host, cache = next(node for node in nodes if node[1] is not owner)
+
+    hf = shutil.which("hf", path=str(Path(sys.executable).parent)) or "hf"
+    workdir = tmp_path / "client"
+    workdir.mkdir()
+    command = [hf, "download", "org/stream", big, "--local-dir", str(workdir / "model")]
+    client = subprocess.Popen(
+        host.command(command),
+        env=hf_env(cache.url, workdir / "home"),
+        stdout=(workdir / "out.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(
+            lambda: cache.metrics()["peer_bytes_total"] >= 1 << 20, 120, "bytes from the owner"
+        )
+        # Upstream has not even sent the whole blob yet: the node's bytes came before the fill
+        # could end.
+        assert hub_on_bridge.blob_bytes[big] < len(files[big]), (
+            "the node got its first bytes only after the owner had the whole blob"
+        )
+        client.wait(120)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    log = (workdir / "out.log").read_text(errors="replace")[-2000:]
+    assert client.returncode == 0, log
+    assert (workdir / "model" / big).read_bytes() == files[big]
+    assert hub_on_bridge.blob_gets[big] == 1
