@@ -185,7 +185,9 @@ class HeadSupervisor(Supervisor):
         if self.view is not None and self.ray is not None and self.ray.returncode is None:
             await self.view.close()  # with Ray gone, the driver could only wait for a dead GCS
         if self.ray is not None:
-            await self.ray.stop(ray_node.STOP_GRACE_S)
+            await self.ray.stop(
+                ray_node.FAILED_STOP_GRACE_S if self.failed else ray_node.STOP_GRACE_S
+            )
         if self.watch is not None:
             await self.watch.close()
 

@@ -1,9 +1,12 @@
 """The head's monitor: the facts its probes answer from, refreshed once per tick.
 
 Nodes come from Ray's GCS (`ray.nodes()`); a node of the formed group is lost when Ray lists it
-dead, or sooner, when its raylet stops accepting connections (Ray itself takes tens of seconds of
-missed health checks to declare a node dead; a refused connection says it in milliseconds). The
-engine answers when vLLM's ``/health`` is 200 and ``/v1/models`` lists the served name.
+dead, or sooner, when its raylet refuses connections (Ray itself takes tens of seconds of missed
+health checks to declare a node dead; a refused connection says it in milliseconds). A lost node
+ends the group at once: Ray workers cannot rejoin a running group, and vLLM's Ray executor only
+exits seconds later, so the head exits itself (GroupError, cause ``worker_lost``), kubelet
+restarts it, and the group forms again, as the mp head does (group/mp_head.py). The engine
+answers when vLLM's ``/health`` is 200 and ``/v1/models`` lists the served name.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from multinode_llm.group.cluster import ClusterView
 from multinode_llm.group.engine_check import EngineCheck
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import GroupProgress, RayNodeInfo, progress
-from multinode_llm.group.supervisor import GroupError, port_open
+from multinode_llm.group.supervisor import GroupError, refuses
 from multinode_llm.health import restarts
 from multinode_llm.health.state import HeadFacts, HealthState
 
@@ -30,22 +33,22 @@ class GroupWatch:
         self.config = config
         self.state = state
         self.view = view
-        self.members: dict[str, str] | None = None  # node id -> IP, once the group formed
+        self.members: dict[str, RayNodeInfo] | None = None  # by node id, once the group formed
         self.gcs_failures = 0
         self.last_nodes: list[RayNodeInfo] = []
         self.engine = EngineCheck(config)
 
     async def refresh(self, engine: Child | None) -> GroupProgress:
+        """This tick's progress; GroupError once a node of the formed group is lost."""
         nodes = await self._nodes()
         now = progress(nodes, self.config.node.node_count, self.config.parallel.gpus)
         for node in nodes:
             if node.alive:
                 self.state.mark(f"node_joined:{node.ip}")
-        lost = await self._lost(nodes) if self.members is not None else ()
+        (healthy, listed), lost = await asyncio.gather(self.engine.check(engine), self._lost(nodes))
         if self.members is None and now.complete:
-            self.members = {node.node_id: node.ip for node in nodes if node.alive}
+            self.members = {node.node_id: node for node in nodes if node.alive}
             self.state.mark("group_complete")
-        healthy, listed = await self.engine.check(engine)
         if healthy and listed:
             self.state.mark("engine_ready")
         self.state.update(
@@ -62,9 +65,11 @@ class GroupWatch:
                 gpus=now.gpus,
                 expected_gpus=now.expected_gpus,
                 group_formed=self.members is not None,
-                lost_nodes=lost,
+                lost_nodes=tuple(sorted(node.ip for node, _why in lost)),
             )
         )
+        if lost:  # after the update: the probes say why while the head stops its children
+            raise _lost_error(lost)
         if self.state.probes.ready.ok:
             self.state.mark("ready")
         return now
@@ -85,16 +90,37 @@ class GroupWatch:
                 ) from error
         return self.last_nodes
 
-    async def _lost(self, nodes: list[RayNodeInfo]) -> tuple[str, ...]:
-        """IPs of the group's nodes that Ray lists dead or whose raylet refuses connections."""
-        assert self.members is not None
+    async def _lost(self, nodes: list[RayNodeInfo]) -> list[tuple[RayNodeInfo, str]]:
+        """The formed group's nodes that are lost, each with why: Ray lists it dead (final: Ray
+        never revives a node id), or its raylet refuses connections (nothing listens there).
+
+        The first of either counts, as the mp head acts on its first refused status port: both
+        are conclusive, never transient. A raylet that merely does not answer in time may be a
+        busy node: Ray's own health checks decide about it (they list it dead in the end).
+        """
+        if self.members is None:
+            return []
         alive = {node.node_id: node for node in nodes if node.alive}
-        lost = [ip for node_id, ip in self.members.items() if node_id not in alive]
-        others = [
-            alive[node_id]
-            for node_id in self.members
-            if node_id in alive and not alive[node_id].is_head
+        lost = [
+            (node, "Ray lists it dead") for key, node in self.members.items() if key not in alive
         ]
-        answers = await asyncio.gather(*(port_open(node.ip, node.raylet_port) for node in others))
-        lost += [node.ip for node, answered in zip(others, answers, strict=True) if not answered]
-        return tuple(sorted(lost))
+        others = [alive[key] for key in self.members if key in alive and not alive[key].is_head]
+        refused = await asyncio.gather(*(refuses(node.ip, node.raylet_port) for node in others))
+        lost += [
+            (node, f"its raylet {node.ip}:{node.raylet_port} refuses connections")
+            for node, gone in zip(others, refused, strict=True)
+            if gone
+        ]
+        return lost
+
+
+def _lost_error(lost: list[tuple[RayNodeInfo, str]]) -> GroupError:
+    what = "; ".join(
+        f"lost {'the head node' if node.is_head else 'worker'} {node.describe()}: {why}"
+        for node, why in lost
+    )
+    return GroupError(
+        f"{what}; exiting so that the head restarts and the group forms again (Ray workers "
+        "cannot rejoin a running group)",
+        cause=restarts.WORKER_LOST,
+    )

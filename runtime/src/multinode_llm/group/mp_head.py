@@ -17,8 +17,6 @@ checks) are HeadSupervisor's; this class supplies the roster and its watch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import ipaddress
 import json
 import logging
@@ -40,7 +38,7 @@ from multinode_llm.group.roster import (
     Member,
     Roster,
 )
-from multinode_llm.group.supervisor import CONNECT_TIMEOUT_S, GroupError
+from multinode_llm.group.supervisor import GroupError, refuses
 from multinode_llm.health import restarts
 from multinode_llm.health.server import PostHandler
 from multinode_llm.health.state import HeadFacts, HealthState
@@ -228,7 +226,7 @@ class RosterWatch:
             )
         # A refused connection says a pod is gone in milliseconds, long before its lease lapses.
         members = list(self.roster.members.values())
-        refusals = await asyncio.gather(*(_refuses(m.pod_ip, m.status_port) for m in members))
+        refusals = await asyncio.gather(*(refuses(m.pod_ip, m.status_port) for m in members))
         for member, refused in zip(members, refusals, strict=True):
             if refused:
                 self.roster.end(f"worker {member.describe()} stopped answering", now)
@@ -236,28 +234,6 @@ class RosterWatch:
                     f"lost worker {member.describe()}: its status port "
                     f"{member.pod_ip}:{member.status_port} refuses connections"
                 )
-
-
-async def _refuses(host: str, port: int) -> bool:
-    """Whether ``host`` says nothing listens on ``port``: its supervisor is gone for sure.
-
-    Only a refusal (or an unreachable host) counts: a connection that merely times out may be a
-    busy or flooded worker, and its lease decides (a worker heartbeats from its own loop).
-    """
-    try:
-        _reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), CONNECT_TIMEOUT_S
-        )
-    except ConnectionRefusedError:
-        return True
-    except TimeoutError:
-        return False
-    except OSError as error:
-        return error.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return False
 
 
 def _lost(what: str) -> GroupError:

@@ -16,6 +16,9 @@ from multinode_llm.config import Node
 from multinode_llm.group.process import Child
 
 STOP_GRACE_S = 10.0  # Ray drains a node in about a second while its GCS answers
+# A failed group has nothing to drain: Ray's shutdown takes 2-3 s more after its drain, which the
+# restart would wait for; its processes go with the SIGKILL of its process group instead.
+FAILED_STOP_GRACE_S = 1.0
 
 
 def ray_executable() -> str:

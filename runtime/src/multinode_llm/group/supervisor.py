@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import errno
 import logging
 import signal
 import socket
@@ -165,3 +167,40 @@ async def resolve(host: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:
         return None
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
     return str(infos[0][4][0]) if infos else None
+
+
+class Reach(enum.Enum):
+    """What one TCP connection attempt to a peer's port found."""
+
+    OPEN = "open"  # it accepted: a server listens
+    REFUSED = "refused"  # nothing listens, or the network says the host is unreachable
+    SILENT = "silent"  # no answer in time: a busy or flooded peer, or a lost packet
+
+
+async def reach(host: str, port: int) -> Reach:
+    """One connection attempt to ``host:port`` within CONNECT_TIMEOUT_S, and what it found.
+
+    A refusal is conclusive at once: the peer's process is gone (its pod stays, its port is
+    closed), so the supervisors act on the first one. Silence is not: only a longer one counts
+    (a lease, a grace period, or Ray's own health checks), so a busy peer is never cut off.
+    """
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), CONNECT_TIMEOUT_S
+        )
+    except ConnectionRefusedError:
+        return Reach.REFUSED
+    except TimeoutError:
+        return Reach.SILENT
+    except OSError as error:
+        gone = error.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+        return Reach.REFUSED if gone else Reach.SILENT
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return Reach.OPEN
+
+
+async def refuses(host: str, port: int) -> bool:
+    """Whether ``host`` says for sure that nothing listens on ``port`` (see ``reach``)."""
+    return await reach(host, port) is Reach.REFUSED
