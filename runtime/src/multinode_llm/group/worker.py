@@ -3,7 +3,8 @@
 1. Wait for the head's Ray GCS (HEAD_SVC.POD_NAMESPACE.svc.cluster.local:RAY_PORT) with a deadline
    and capped backoff, logging progress.
 2. Join it with `ray start --address ... --block` and this pod's GPUs.
-3. Watch: exit 1 when Ray on this pod exits, when the head's GCS stops answering for
+3. Watch: exit 1 when Ray on this pod exits, when the head's GCS refuses connections (the head's
+   container is gone: Ray's raylet would wait a minute for it) or stops answering for
    ``HEAD_LOSS_GRACE_S``, when the head's name points at another address (a new head pod), or when
    the head's supervisor restarted (another boot id on its status port).
    Ray workers cannot rejoin a restarted head's group, so the pod must restart and join afresh.
@@ -31,9 +32,11 @@ from multinode_llm.group.supervisor import (
     TICK_S,
     Deadline,
     GroupError,
+    Reach,
     Supervisor,
     http_ok,
     port_open,
+    reach,
     resolve,
 )
 from multinode_llm.health import restarts
@@ -177,11 +180,13 @@ class WorkerSupervisor(Supervisor):
             await self.pause(TICK_S)
 
     async def _check_head(self, head_ip: str) -> bool:
-        """Whether the head this worker joined still answers; GroupError when it was replaced.
+        """Whether the head this worker joined still answers; GroupError when it is gone or was
+        replaced.
 
         Ray workers cannot join a new head's cluster from the old one, so a new head pod (its name
-        resolves elsewhere) or a restarted head supervisor (another boot id on its status port)
-        means this pod must restart, even if the head came back faster than HEAD_LOSS_GRACE_S.
+        resolves elsewhere), a restarted head supervisor (another boot id on its status port) or a
+        GCS that refuses connections (the head's Ray is gone for good) means this pod must restart
+        at once; only a GCS that does not answer in time gets HEAD_LOSS_GRACE_S.
         """
         moved = await resolve(self.config.head_host)
         if moved is not None and moved != head_ip:
@@ -201,7 +206,16 @@ class WorkerSupervisor(Supervisor):
                     "pod restarts and joins it",
                     cause=restarts.HEAD_LOST,
                 )
-        return await port_open(head_ip, self.config.node.ray_ports.gcs)
+        gcs = self.config.node.ray_ports.gcs
+        answer = await reach(head_ip, gcs)
+        if answer is Reach.REFUSED:  # conclusive at once, as the mp worker's refused heartbeat
+            self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+            raise GroupError(
+                f"lost the head: its Ray GCS at {head_ip}:{gcs} refuses connections (the head's "
+                "container is gone); exiting so that this pod restarts and joins the new head",
+                cause=restarts.HEAD_LOST,
+            )
+        return answer is Reach.OPEN
 
     async def _head_boot_id(self, head_ip: str) -> str | None:
         """The head supervisor's boot id from its status port; None when it does not answer."""
