@@ -1,6 +1,6 @@
 """``python -m bench``: every benchmark, a table, ``results.json``, ``REPORT.md`` and its plots.
 
-    python -m bench                         # everything (about 35 minutes on 2 idle cores; root)
+    python -m bench                         # everything (about 40 minutes on 2 idle cores; root)
     python -m bench --only serving,cache-warm
     python -m bench --quick --results /tmp/b  # the minimal configuration the smoke test runs
     python -m bench --only group --executors mp --scenarios head --results /tmp/b

@@ -342,10 +342,8 @@ def _deployments(claim: Path, log: Callable[[str], None], executor: str, runs: M
     """Two deployments of the same model with ``compileCache.shared.enabled``, one after the
     other's ``down``: the first on an empty shared folder, whose entry it publishes, the second
     seeded from it."""
-    shared = claim / SHARED_CACHE_PATH
+    shared = claim / SHARED_CACHE_PATH  # missing: kubelet makes it, owned by the pods' user
     shutil.rmtree(claim / Path(SHARED_CACHE_PATH).parts[0], ignore_errors=True)
-    shared.mkdir(parents=True)
-    shared.chmod(0o777)  # the pods run as the chart's non-root user and publish into it
     try:
         for which in ("first", "second"):
             with _LocalGroup(claim, log, executor, shared=True) as group:
@@ -435,9 +433,11 @@ def _plain_start(
 
 def _plain_env() -> dict[str, str]:
     """What the local cluster gives every vLLM of a group on this CPU build, less the fake GPU:
-    a small KV cache, no usage stats, and the CPU build's compile setting."""
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    return env
+    a small KV cache, no usage stats, and the CPU build's compile setting (CPU_VLLM_ENV: without
+    it a warm start compiles again)."""
+    from multinode_llm_local.pods import CPU_VLLM_ENV
+
+    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", **CPU_VLLM_ENV}
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
@@ -910,7 +910,7 @@ def _fault_figures(
     recovery = runs.faults.get(fault)
     if recovery is None:
         why = runs.failed.get(fault) or options.left_out(fault)
-        return [replace(skipped("recovery", name, "s", baseline_name, why), goal=goal)]
+        return [replace(skipped("recovery", name, "s", baseline_name, why), goal=goal, load=load)]
     targets = " and ".join(f"the {role} container's" for role in FAULT_TARGETS[fault])
     config = {
         **_config(executor, plain, options),
@@ -966,7 +966,7 @@ def _second_deployment_figure(
     if len(runs.deployments) < 2:
         why = runs.failed.get("second-deployment") or options.left_out("second-deployment")
         figure = skipped("startup", name, "s", baseline_name, why)
-        return replace(figure, goal=SECOND_DEPLOYMENT_GOAL)
+        return replace(figure, goal=SECOND_DEPLOYMENT_GOAL, load=load)
     first, second = (start.since_start() for start in runs.deployments)
     return Figure(
         benchmark="startup",
@@ -993,7 +993,8 @@ def _plain_warm_figure(plain: Plain, options: Options, load: Load) -> Figure:
     name = "plain vLLM: restart on the same VLLM_CACHE_ROOT -> lists the model"
     baseline_name = "its cold start on that cache root, empty"
     if plain.warm is None:
-        return skipped("startup", name, "s", baseline_name, options.left_out("plain-warm"))
+        figure = skipped("startup", name, "s", baseline_name, options.left_out("plain-warm"))
+        return replace(figure, load=load)
     return Figure(
         benchmark="startup",
         name=name,
