@@ -1,4 +1,5 @@
-"""Group start-up, recovery and throughput on the local cluster, per executor, against plain vLLM.
+"""Group start-up, restarts, recovery and throughput on the local cluster, per executor, against
+plain vLLM.
 
 Each executor of ``Options.executors`` (``group.executor``: ``ray``, vLLM's Ray executor on a Ray
 cluster; ``mp``, vLLM's own multi-node executor, no Ray) gets the same measurements, in the same
@@ -15,12 +16,20 @@ its phases are read from three sources:
 - this benchmark's own polls, every 50 ms, of the head's vLLM (the moment the engine really
   answers and lists the model) and of the head's ``/ready`` (the moment our readiness turns true).
 The baseline is one plain `python -m vllm.entrypoints.openai.api_server` on the same model and
-engine arguments, started alone, timed from its start until it lists the model. Plain and group
-starts alternate.
+engine arguments and the local pods' CPU-build environment, started alone with an empty
+``VLLM_CACHE_ROOT``, timed from its start until it lists the model. Plain and group starts
+alternate; the last plain server is started once more on the cache root it filled (``plain-warm``:
+the floor of a warm restart here).
 
-Recovery: in the last group of each executor, the worker's container is killed (SIGKILL to its
-PID 1, as a node dies); measured until the head's readiness drops, the head restarts, and a
-completion through the head's Service succeeds again.
+Faults (``FAULTS``): once Ready, each cold start's group gets one (the last groups, the worker's
+last; one per group because the kubelet backs off a container's second restart): every container
+killed with the pods kept (``restart``: their emptyDirs, the compile cache among them, stay), the
+head's container killed (``head``), the worker's (``worker``), each a SIGKILL to the container's
+PID 1 as a node dies. Measured from the kill until each stage (readiness dropping, the kubelet
+restarting each container, the engine answering, Ready, a completion through the head's Service
+succeeding again), beside the restarted supervisors' phases. Then each executor deploys twice with
+``compileCache.shared.enabled`` on the model's claim (``second-deployment``): the first on an empty
+shared folder, whose entry its pods publish, the second after ``down``, seeded from it.
 
 Throughput: once each group is Ready (and the plain server lists the model), one fixed load of
 completions (``Options.throughput_*``) goes to the head's OpenAI port, and the same load to the
