@@ -142,7 +142,14 @@ def figures(results: dict[str, float]) -> list[Figure]:
         "cache": "multinode-llm cache serve, filled once from the FAKE Hub",
     }
     load = Load(results["load_before"], results["load_after"])
-    goal = Goal("ratio", ">=", 0.9, "cache warm throughput >= 0.9 of nginx")
+    # The goals: the cache keeps up with nginx alone and beats it under concurrency (its
+    # sendfile threads use every core; nginx here runs one worker per core too).
+    goals = {
+        "one_client": Goal("ratio", ">=", 1.0, "cache warm throughput >= 1.0x nginx, 1 client"),
+        f"{clients}_clients": Goal(
+            "ratio", ">=", 1.2, f"cache warm throughput >= 1.2x nginx, {clients} clients"
+        ),
+    }
     return [
         Figure(
             benchmark="cache",
@@ -153,7 +160,7 @@ def figures(results: dict[str, float]) -> list[Figure]:
             baseline_name="nginx (sendfile), same file, same client",
             config={**config, "clients": 1 if key == "one_client" else clients},
             load=load,
-            goal=goal,
+            goal=goals[key],
             paired_ratio=results[f"ratio_{key}"],
             spread=(results[f"ratio_{key}_min"], results[f"ratio_{key}_max"]),
         )
