@@ -46,6 +46,9 @@ ACCEPTS_EXTRA_ARGS = True  # everything the head does not own goes to vLLM untou
 ENGINE_STOP_GRACE_S = 10.0  # in-flight requests finish; fits kubelet's default 30 s grace period
 FAILED_STOP_GRACE_S = 2.0  # a failed group has nothing to finish; vLLM ignores SIGTERM mid-start
 PROGRESS_EVERY_S = 10.0
+# Until vLLM first answers, the monitor ticks this often: the pod is Ready a fraction of a second
+# after the engine, and asking a vLLM that does not listen yet costs a refused connection.
+ENGINE_POLL_S = 0.2
 MODEL_POLL_S = 2.0  # how often the head looks for the staged model while the download runs
 
 
@@ -158,10 +161,11 @@ class HeadSupervisor(Supervisor):
         deadline = await self.prepare()
         self.state.phase = "starting Ray"
         self.ray = await ray_node.start(node, None, self.env)
-        await self._wait_for_port(node.ray_ports.gcs, "the Ray head's GCS", deadline)
         if self.config.early_engine_start:
-            # vLLM needs seconds of imports before it connects to Ray: the GCS is enough now.
+            # vLLM spends seconds on imports before it connects to Ray, and Ray's driver then
+            # waits about 20 s for the GCS: the GCS starts meanwhile, nothing waits for it first.
             await self.start_engine()
+        await self._wait_for_port(node.ray_ports.gcs, "the Ray head's GCS", deadline)
         await self._wait_for_port(node.ray_ports.node_manager, "the Ray head's raylet", deadline)
         self.state.mark("ray_head_up")
         self.view = ClusterView(f"{node.pod_ip}:{node.ray_ports.gcs}")
@@ -268,7 +272,7 @@ class HeadSupervisor(Supervisor):
         while True:
             self.check_children()
             await watch.refresh(self.engine)
-            await self.pause(TICK_S)
+            await self.pause(TICK_S if "engine_ready" in self.state.timeline else ENGINE_POLL_S)
 
     def check_children(self) -> None:
         for child, what in ((self.ray, "the Ray head"), (self.engine, "vLLM's OpenAI server")):
