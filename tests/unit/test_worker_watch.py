@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 from multinode_llm.config import worker_config
 from multinode_llm.group import supervisor
 from multinode_llm.group.process import Child
-from multinode_llm.group.supervisor import GroupError
+from multinode_llm.group.supervisor import Deadline, GroupError
 from multinode_llm.group.worker import HEAD_LOSS_GRACE_S, LOST_HEAD_STOP_GRACE_S, WorkerSupervisor
-from multinode_llm.health.state import WorkerFacts
+from multinode_llm.health.server import StatusServer
+from multinode_llm.health.state import HeadFacts, HealthState, WorkerFacts
 from multinode_llm_testing.ports import free_port
 
 HEAD_IP = "127.0.0.2"
@@ -66,6 +68,7 @@ def test_a_head_whose_gcs_refuses_connections_is_lost_at_once() -> None:
             await gcs.wait_closed()
             started = time.monotonic()
             ray: Child = RunningRay()  # type: ignore[assignment]
+            worker.facts = replace(worker.facts, joined=True)  # as after its first ticks
             with pytest.raises(GroupError) as lost:
                 await asyncio.wait_for(worker._monitor(ray, HEAD_IP), HEAD_LOSS_GRACE_S)
             assert time.monotonic() - started < 1.0  # not after the grace for a silent head
@@ -74,6 +77,7 @@ def test_a_head_whose_gcs_refuses_connections_is_lost_at_once() -> None:
                 f"lost the head: its Ray GCS at {HEAD_IP}:{port} refuses connections"
             )
             assert worker.ray_stop_grace_s == LOST_HEAD_STOP_GRACE_S  # no drain through it
+            assert not worker.state.probes.live.ok  # while Ray stops
         finally:
             await worker.cleanup()
 
@@ -100,6 +104,39 @@ def test_a_silent_head_is_only_unreachable_until_its_grace_passes(
             assert isinstance(worker.state.facts, WorkerFacts)
             assert not worker.state.facts.head_reachable  # the probes say so meanwhile
         finally:
+            await worker.cleanup()
+
+    asyncio.run(main())
+
+
+def test_a_worker_waits_for_the_next_run_of_a_head_whose_group_is_formed_or_failing() -> None:
+    """A restarted worker must not join the head run that lost its previous run: that head is
+    about to exit, and would take this run down with it (one more restart, a longer back-off)."""
+
+    async def main() -> None:
+        gcs, port = await _gcs()
+        worker = _worker(port)
+        head = HealthState(role="head")
+        status = StatusServer(head, worker.config.node.status_port)
+        status.host = HEAD_IP
+        await status.start()
+        try:
+            head.phase = "serving"
+            head.update(HeadFacts(group_formed=True))
+            with pytest.raises(GroupError) as waited:
+                await worker._wait_for_head(Deadline(0.5))
+            assert "formed its group without this pod and is about to restart" in str(waited.value)
+            head.phase = "failed"
+            with pytest.raises(
+                GroupError, match=r"is stopping after a failure \(phase failed\); waiting"
+            ):
+                await worker._wait_for_head(Deadline(0.5))
+            head.phase = "waiting for the group"  # the head's next run
+            head.update(HeadFacts(group_formed=False))
+            assert await worker._wait_for_head(Deadline(5)) == HEAD_IP
+        finally:
+            await status.stop()
+            gcs.close()
             await worker.cleanup()
 
     asyncio.run(main())

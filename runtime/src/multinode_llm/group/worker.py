@@ -1,7 +1,8 @@
 """`multinode-llm worker`: join the head's Ray cluster, and leave loudly when the head is gone.
 
 1. Wait for the head's Ray GCS (HEAD_SVC.POD_NAMESPACE.svc.cluster.local:RAY_PORT) with a deadline
-   and capped backoff, logging progress.
+   and capped backoff, logging progress, and for a head run that can still take a node (its
+   /status: its group not formed yet, the head not stopping after a failure).
 2. Join it with `ray start --address ... --block` and this pod's GPUs.
 3. Watch: exit 1 when Ray on this pod exits, when the head's GCS refuses connections (the head's
    container is gone: Ray's raylet would wait a minute for it) or stops answering for
@@ -20,6 +21,7 @@ import asyncio
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from multinode_llm import compile_cache
@@ -50,6 +52,7 @@ log = logging.getLogger("multinode_llm.worker")
 HEAD_LOSS_GRACE_S = 5.0  # a head silent this long is gone: a blip shorter than this is tolerated
 LOST_HEAD_STOP_GRACE_S = 1.0
 PROGRESS_EVERY_S = 10.0
+STOPPING_PHASES = ("failed", "stopping", "stopped")  # a supervisor's last phases (supervisor.py)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,10 +125,13 @@ class WorkerSupervisor(Supervisor):
         last_log = 0.0
         while True:
             ip = await resolve(config.head_host)
-            if ip is not None and await port_open(ip, config.node.ray_ports.gcs):
-                log.info("the head's Ray GCS answers at %s (%s)", config.head_address, ip)
-                return ip
             why = "its name does not resolve" if ip is None else f"{ip} does not accept connections"
+            if ip is not None and await port_open(ip, config.node.ray_ports.gcs):
+                closed = await self._head_run_closed(ip)
+                if closed is None:
+                    log.info("the head's Ray GCS answers at %s (%s)", config.head_address, ip)
+                    return ip
+                why = closed
             if deadline.passed():
                 raise GroupError(
                     f"the head's Ray GCS at {config.head_address} did not answer within "
@@ -143,6 +149,30 @@ class WorkerSupervisor(Supervisor):
                 )
                 last_log = time.monotonic()
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
+
+    async def _head_run_closed(self, head_ip: str) -> str | None:
+        """Why the head's current run cannot take this pod; None when it can (or does not say).
+
+        A Ray group never takes a node once it formed: a head whose group formed without this pod
+        (it lost this pod's previous run and is about to restart) or that is stopping after a
+        failure would lose this pod again with its own restart, and kubelet's back-off before
+        each restart of this container grows. This pod waits for the head's next run instead.
+        """
+        status = await self._head_status(head_ip)
+        if status is None:
+            return None
+        phase, facts = status.get("phase"), status.get("facts")
+        if phase in STOPPING_PHASES:
+            return (
+                f"the head at {head_ip} is stopping after a failure (phase {phase}); waiting for "
+                "its next run"
+            )
+        if isinstance(facts, dict) and facts.get("group_formed"):
+            return (
+                f"the head at {head_ip} formed its group without this pod and is about to "
+                "restart; waiting for its next run"
+            )
+        return None
 
     async def _monitor(self, ray: Child, head_ip: str) -> int:
         node = self.config.node
@@ -210,6 +240,10 @@ class WorkerSupervisor(Supervisor):
         answer = await reach(head_ip, gcs)
         if answer is Reach.REFUSED:  # conclusive at once, as the mp worker's refused heartbeat
             self.ray_stop_grace_s = LOST_HEAD_STOP_GRACE_S
+            self.facts = replace(
+                self.facts, ray_started=True, ray_running=True, head_reachable=False
+            )
+            self.state.update(self.facts)  # the probes say so while Ray stops
             raise GroupError(
                 f"lost the head: its Ray GCS at {head_ip}:{gcs} refuses connections (the head's "
                 "container is gone); exiting so that this pod restarts and joins the new head",
