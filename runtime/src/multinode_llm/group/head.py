@@ -1,11 +1,13 @@
 """`multinode-llm head`: the Ray head and vLLM's OpenAI server, supervised as one group.
 
 1. Start the Ray head (`ray start --head --block`) on POD_IP, pinned ports, this pod's GPUs.
-2. Start vLLM right away (``--early-engine-start``, the default): its imports, tokenizer and config
-   loading overlap the wait for the workers; its Ray executor itself waits for the GPUs it needs.
+2. Start vLLM right away, beside Ray (``--early-engine-start``, the default): its imports,
+   tokenizer and config loading overlap Ray's start and the wait for the workers; Ray's driver
+   waits for the GCS, and vLLM's Ray executor for the GPUs it needs.
 3. Wait until RAY_NODE_COUNT nodes and TP x PP GPUs are registered, with a deadline and capped
    backoff, logging progress; at the deadline, stop everything and exit 1 naming what is missing.
-4. Watch: exit 1 when Ray or vLLM exits; keep the probes' facts fresh (engine answers, nodes alive).
+4. Watch: exit 1 when Ray or vLLM exits, or at once when a node of the formed group is lost
+   (group/head_watch.py); keep the probes' facts fresh (engine answers, nodes alive).
 
 With ``--executor mp`` (``MULTINODE_LLM_EXECUTOR=mp``) there is no Ray: ``group/mp_head.py`` runs
 the same steps on vLLM's own multi-node executor, with the rank roster in place of Ray's nodes.
