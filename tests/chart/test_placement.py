@@ -118,7 +118,13 @@ def test_extra_volumes_are_mounted_beside_the_chart_and_kserve_ones(
 ) -> None:
     for pod in pods(placed):
         volumes = [v["name"] for v in pod.pod_spec["volumes"]]
-        assert volumes == ["shm", "scratch", "ca-bundle", controller.PVC_VOLUME], pod.role
+        assert volumes == [
+            "shm",
+            "scratch",
+            "compile-cache",
+            "ca-bundle",
+            controller.PVC_VOLUME,
+        ], pod.role
         mounts = {m["mountPath"]: m["name"] for m in pod.container["volumeMounts"]}
         assert mounts["/etc/ssl/internal"] == "ca-bundle"
         assert mounts[controller.MODEL_MOUNT_PATH] == controller.PVC_VOLUME
