@@ -413,9 +413,19 @@ def _plain_start(
     ]
     # A cache root of its own (empty for a cold start): vLLM saves the model's compiled graphs
     # under ~/.cache/vllm and a second start would load them, where each pod of a new group starts
-    # with an empty compile cache. The CPU build's settings are the local pods' (_plain_env).
-    sockets = Path(tempfile.mkdtemp(prefix="tmp-", dir=cache_root))  # its engine sockets
-    env = {**os.environ, **_plain_env(), "VLLM_CACHE_ROOT": str(cache_root), "TMPDIR": str(sockets)}
+    # with an empty compile cache. HOME and TMPDIR are one folder of it, as a pod's are its /tmp:
+    # torch keeps its own caches (torchinductor_<user>: AOTAutograd, FX graphs) in the temp dir,
+    # and with VLLM_USE_AOT_COMPILE=0 they are what a warm start reuses (a fresh TMPDIR per start
+    # made the warm restart 0.92x its cold start). The CPU build's settings are the local pods'.
+    home = cache_root / "home"
+    home.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        **_plain_env(),
+        "VLLM_CACHE_ROOT": str(cache_root),
+        "HOME": str(home),
+        "TMPDIR": str(home),  # its engine sockets too
+    }
     log_path = claim.parent / "plain-vllm.log"
     with log_path.open("wb") as output:
         started = time.time()
@@ -434,7 +444,6 @@ def _plain_start(
         return seconds, _throughput("127.0.0.1", port, options) if throughput else 0.0
     finally:
         _stop_group(process)
-        shutil.rmtree(sockets, ignore_errors=True)
         LOGS.mkdir(parents=True, exist_ok=True)
         name = "plain-vllm.log" if throughput else "plain-vllm-warm.log"
         shutil.copy(log_path, LOGS / name)  # to compare its phases with the group's
@@ -757,8 +766,8 @@ def _config(executor: str, plain: Plain, options: Options) -> dict[str, Any]:
         "model": "tiny random-weight Llama",
         "engine_args": list(ENGINE_ARGS),
         "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone, "
-        "with an empty VLLM_CACHE_ROOT (no compiled graphs from an earlier start) and the local "
-        "pods' CPU-build environment",
+        "with an empty VLLM_CACHE_ROOT, HOME and TMPDIR (no compiled graphs from an earlier "
+        "start: torch keeps its own in the temp dir) and the local pods' CPU-build environment",
         "plain_env": _plain_env(),
         "plain_s": plain.seconds,
     }

@@ -33,7 +33,9 @@ RECORD_KEYS = {
 }
 
 # The quick run took 5.8 minutes on the shared 2-core machine, 9.5 at a load average of 7-11 (the
-# group benchmark starts a plain server, a Ray and an mp group, and recovers both groups).
+# group benchmark starts a plain server, a Ray and an mp group, and recovers both groups); plain
+# vLLM's warm restart added 40-60 s (10 minutes at a load of 3-11, 4 of them waiting for the
+# bench lock).
 pytestmark = pytest.mark.timeout(1560)
 
 
