@@ -37,6 +37,12 @@ class StopRequest(Exception):  # noqa: N818 - a request to stop, not an error
     """SIGTERM or SIGINT arrived while waiting: stop everything and exit 0."""
 
 
+# A supervisor's last phases, in order: set by ``run`` and ``_stop`` below; a head in one of them
+# takes no node any more (worker.py waits for its next run).
+FAILED, STOPPING, STOPPED = "failed", "stopping", "stopped"
+FINAL_PHASES = (FAILED, STOPPING, STOPPED)
+
+
 class Supervisor:
     """Runs ``main()`` with the status port open; SIGTERM or SIGINT make it stop and exit 0."""
 
@@ -66,7 +72,7 @@ class Supervisor:
         except GroupError as failure:
             # First: kubelet may SIGKILL the children's stop below, and this run with it.
             self._leave(failure.cause)
-            self.state.phase = "failed"
+            self.state.phase = FAILED
             self.failed = True
             self.log.error("%s", failure)
             await self._stop()
@@ -77,13 +83,13 @@ class Supervisor:
             await self._stop()
 
     async def _stop(self) -> None:
-        if self.state.phase != "stopped":
-            self.state.phase = "stopping"
+        if self.state.phase != STOPPED:
+            self.state.phase = STOPPING
             for task in self.background:
                 task.cancel()
             await self.cleanup()
             await self.server.stop()
-            self.state.phase = "stopped"
+            self.state.phase = STOPPED
 
     async def main(self) -> int:
         raise NotImplementedError

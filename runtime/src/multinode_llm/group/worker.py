@@ -31,6 +31,7 @@ from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import backoff
 from multinode_llm.group.supervisor import (
+    FINAL_PHASES,
     TICK_S,
     Deadline,
     GroupError,
@@ -52,7 +53,6 @@ log = logging.getLogger("multinode_llm.worker")
 HEAD_LOSS_GRACE_S = 5.0  # a head silent this long is gone: a blip shorter than this is tolerated
 LOST_HEAD_STOP_GRACE_S = 1.0
 PROGRESS_EVERY_S = 10.0
-STOPPING_PHASES = ("failed", "stopping", "stopped")  # a supervisor's last phases (supervisor.py)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,7 +162,7 @@ class WorkerSupervisor(Supervisor):
         if status is None:
             return None
         phase, facts = status.get("phase"), status.get("facts")
-        if phase in STOPPING_PHASES:
+        if phase in FINAL_PHASES:
             return (
                 f"the head at {head_ip} is stopping after a failure (phase {phase}); waiting for "
                 "its next run"
