@@ -106,6 +106,30 @@ def test_the_runtime_finds_every_count_it_needs_in_what_the_release_injects(vers
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
+def test_the_compile_caches_reach_head_and_worker_pods_with_one_key(version: str) -> None:
+    """KServe merges the runtime's volumes into each pod it makes (``MergePodSpec``,
+    pkg/controller/v1beta1/inferenceservice/utils/utils.go, v0.15.0 to v0.20.0): the compile
+    cache and its shared folder on the model's claim reach head and worker, under one key."""
+    values = {
+        "model": {"uri": "pvc://models/llama"},
+        "parallelism": {"tensor": 2},
+        "compileCache": {"shared": {"enabled": True}},
+    }
+    [group] = admitted(version, ("llm", "serving", render(version, values)))
+    keys = set()
+    for workload in (group.head, group.worker):
+        volumes = {v["name"]: v for v in workload.pod_spec["volumes"]}
+        assert "emptyDir" in volumes["compile-cache"], workload.role
+        shared = volumes["compile-cache-shared"]["persistentVolumeClaim"]
+        assert shared["claimName"] == "models", workload.role
+        mounts = {m["name"]: m["mountPath"] for m in workload.container["volumeMounts"]}
+        assert mounts["compile-cache"] == "/var/cache/multinode-llm/compile", workload.role
+        assert mounts["compile-cache-shared"] == "/var/cache/multinode-llm/shared", workload.role
+        keys.add(controller.env_of(workload.container)["MULTINODE_LLM_COMPILE_CACHE_KEY"])
+    assert len(keys) == 1
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
 def test_the_live_objects_are_what_the_chart_rendered(version: str) -> None:
     """No field the chart renders is changed by KServe's defaulting webhook (an Argo CD diff)."""
     rendered = next(d for d in render(version) if d["kind"] == "InferenceService")
