@@ -21,8 +21,7 @@ def test_helm_lint_strict_passes(major: str, name: str) -> None:
 
 
 def test_helm_lint_strict_fails_on_a_typo(major: str) -> None:
-    # helm lint reports the chart's own `fail` calls as information only (by design); the schema
-    # and the refusal table (test_refusals.py) cover those. A typo must still fail lint.
+    # The schema's refusals fail lint as Helm's own; the chart's are in test_refusals.py's table.
     result = run_helm(
         major, "lint", "--strict", str(CHART), "--set", "model.uri=hf://a/b", "--set", "modle=1"
     )
