@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Writes the Go modules the local cluster builds its real control plane from (``local/go/``).
+
+    python3 hack/go-modules.py            # every module: go.mod from PINS, then `go mod tidy`
+    python3 hack/go-modules.py kserve     # only the KServe releases (one module per release)
+
+Each module is a folder with a ``go.mod`` whose ``tool`` lines name the programs to build
+(``multinode_llm_local.controlplane.build`` builds them) and a ``go.sum``. Kubernetes' staging
+modules (``k8s.io/api``, ...) are ``replace``d by the release of the same minor, as
+``k8s.io/kubernetes``' own ``go.mod`` points them at its ``staging/`` folder, which a dependency
+cannot use. A KServe release gets the ``replace`` lines of its own ``go.mod`` at that tag (a
+dependency's replaces are ignored, so without them Go would pick other versions than KServe builds
+with). Every release of ``charts/multinode-llm/kserve-releases.yaml`` is tried; the Go module proxy
+does not serve every tag, and those it refuses are written, with the proxy's own words, to
+``local/go/unserved.yaml`` (the tests read it to say why a release runs only emulated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GO = ROOT / "local" / "go"
+RELEASES = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"
+UNSERVED = GO / "unserved.yaml"
+GO_LINE = "1.26.0"
+
+KUBERNETES = "v1.37.2"
+# module folder -> (the module it requires, its version, the main packages it builds)
+PINS: dict[str, tuple[str, str, list[str]]] = {
+    "kubernetes": (
+        "k8s.io/kubernetes",
+        KUBERNETES,
+        [
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes/cmd/kube-proxy",
+        ],
+    ),
+    # etcd's own main package lives in go.etcd.io/etcd/v3, which the proxy serves only up to
+    # v3.6.8; the server module's etcdmain is the same program (main.go here calls it).
+    "etcd": ("go.etcd.io/etcd/server/v3", "v3.6.16", ["multinode-llm.local/etcd"]),
+    "coredns": ("github.com/coredns/coredns", "v1.14.7", ["github.com/coredns/coredns"]),
+    # KServe's manager Deployment runs it beside the manager (its metrics port).
+    "kube-rbac-proxy": (
+        "github.com/brancz/kube-rbac-proxy",
+        "v0.18.0",
+        ["github.com/brancz/kube-rbac-proxy/cmd/kube-rbac-proxy"],
+    ),
+}
+MODULE_PATHS = {"etcd": "multinode-llm.local/etcd"}
+ETCD_MAIN = """\
+// The etcd server: what etcd's own main package (go.etcd.io/etcd/v3) runs.
+package main
+
+import (
+\t"os"
+
+\t"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+\tetcdmain.Main(os.Args)
+}
+"""
+
+
+def go(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+    return subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def module_file(module: str, version: str) -> str | None:
+    """The ``go.mod`` of ``module@version`` from the proxy, or None with the reason printed."""
+    result = go("mod", "download", "-json", f"{module}@{version}", cwd=GO)
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Error" in info:
+        return None
+    return Path(info["GoMod"]).read_text()
+
+
+def download_error(module: str, version: str) -> str:
+    result = go("mod", "download", "-json", f"{module}@{version}", cwd=GO)
+    info = json.loads(result.stdout or "{}")
+    return str(info.get("Error") or result.stderr.strip() or "unknown error")
+
+
+def staging_replaces(kubernetes_mod: str, version: str) -> list[str]:
+    """``k8s.io/X => k8s.io/X v0.MINOR.PATCH`` for each staging module ``k8s.io/kubernetes`` has."""
+    staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", kubernetes_mod, flags=re.M)
+    return [f"{name} => {name} v0{version[2:]}" for name in staging]
+
+
+def upstream_replaces(go_mod: str) -> list[str]:
+    """The ``replace`` lines of a module's own ``go.mod`` (single lines and blocks)."""
+    lines = re.findall(r"^replace\s+([^(\s].*)$", go_mod, flags=re.M)
+    for block in re.findall(r"^replace\s*\((.*?)^\)", go_mod, flags=re.M | re.S):
+        lines += [line.split("//")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line and "=> ./" not in line and "=> ../" not in line]
+
+
+def write_module(
+    name: str, module: str, version: str, tools: list[str], replaces: list[str]
+) -> None:
+    folder = GO / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = MODULE_PATHS.get(name, f"multinode-llm.local/{name}")
+    text = [f"// Written by hack/go-modules.py: what the local cluster builds {name} from.", ""]
+    text += [f"module {path}", "", f"go {GO_LINE}", ""]
+    text += [f"require {module} {version}", ""]
+    text += ["tool (", *(f"\t{tool}" for tool in tools), ")", ""]
+    if replaces:
+        text += ["replace (", *(f"\t{line}" for line in replaces), ")", ""]
+    (folder / "go.mod").write_text("\n".join(text))
+    if name == "etcd":
+        (folder / "main.go").write_text(ETCD_MAIN)
+    result = go("mod", "tidy", cwd=folder)
+    if result.returncode != 0:
+        sys.exit(f"go mod tidy in {folder} failed:\n{result.stderr}")
+    print(f"wrote {folder.relative_to(ROOT)} ({module} {version})")
+
+
+def fixed_modules() -> None:
+    for name, (module, version, tools) in PINS.items():
+        replaces: list[str] = []
+        if name == "kubernetes":
+            text = module_file(module, version)
+            if text is None:
+                sys.exit(f"{module}@{version}: {download_error(module, version)}")
+            replaces = staging_replaces(text, version)
+        write_module(name, module, version, tools, replaces)
+
+
+def kserve_modules() -> None:
+    releases = yaml.safe_load(RELEASES.read_text())["releases"]
+    unserved: dict[str, str] = {}
+    for folder in GO.glob("kserve-v*"):
+        shutil.rmtree(folder)
+    for release in releases:
+        version = f"v{release}"
+        text = module_file("github.com/kserve/kserve", version)
+        if text is None:
+            unserved[release] = download_error("github.com/kserve/kserve", version)
+            print(f"kserve {version}: not served ({unserved[release]})")
+            continue
+        tools = ["github.com/kserve/kserve/cmd/manager"]
+        write_module(
+            f"kserve-{version}", "github.com/kserve/kserve", version, tools, upstream_replaces(text)
+        )
+    header = (
+        "# Written by hack/go-modules.py: the KServe releases of kserve-releases.yaml whose Go\n"
+        "# module the proxy refused (its answer), so none of their managers is built here.\n"
+    )
+    UNSERVED.write_text(header + yaml.safe_dump(unserved, width=1000))
+
+
+def main(argv: list[str]) -> int:
+    GO.mkdir(parents=True, exist_ok=True)
+    if argv[:1] != ["kserve"]:
+        fixed_modules()
+    kserve_modules()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
