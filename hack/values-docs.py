@@ -227,6 +227,30 @@ def values_table(table: list[Row]) -> str:
     return "\n".join(lines)
 
 
+# ct's version (hack/install-ct.sh builds it) and what helm lint prints on a refused value, the
+# README's example; tests/chart/test_docs.py runs the command and compares each line but `  ...`.
+CT_VERSION = "v3.13.0"
+LINT_SAMPLE = "\n".join(
+    [
+        "$ helm lint --strict charts/multinode-llm --set model.uri=hf://Qwen/Qwen2.5-0.5B-Instruct"
+        " --set kserve.version=0.20",
+        "==> Linting charts/multinode-llm",
+        "[INFO] Chart.yaml: icon is recommended",
+        "[ERROR] templates/: multinode-llm/templates/validate/values.yaml:10:4",
+        "  ...",
+        'template: no template "multinode-llm: 1 value(s) to fix:\\n  - kserve.version=0.20: KServe'
+        " 0.20.0 cannot run this chart's group: reconcileCanaryDeployments"
+        " (components/predictor.go) ends by deleting every predictor Deployment and Service not"
+        " named <isvc>-predictor: the worker Deployment and the headless Services carry the same"
+        ' labels, so they are deleted on every reconcile (kserve#6113). Refused; use 0.19.0."'
+        ' associated with template "gotpl"',
+        "Error: 1 chart(s) linted, 1 chart(s) failed",
+        "$ echo $?",
+        "1",
+    ]
+)
+
+
 def readme(chart: dict[str, Any], table: list[Row]) -> str:
     """The chart's README.md, the page `helm show readme` and chart hubs show."""
     name, version = chart["name"], chart["version"]
@@ -257,6 +281,41 @@ helm test qwen --namespace llm
 
 Settings KServe would reject are refused at install time with a message naming the value and the
 fix. The repository's README and docs/ cover the model cache, monitoring, placement and upgrades.
+
+## Chart CI
+
+`helm lint` (Helm 3 and 4) and chart-testing's `ct lint` fail on every value the chart refuses,
+with the message `helm template` and `helm install` give, so a pipeline can check values before a
+sync. Your values, against the published chart:
+
+```console
+helm pull oci://ghcr.io/multinode-llm/charts/{name} --version {version} --untar
+helm lint --strict {name} -f my-values.yaml
+```
+
+In this repository, chart-testing lints every scenario of `examples/` (`ci/*-values.yaml` links to
+each) and `ci/kind-values.yaml`, as `tox -e lint` does; `ct.yaml` holds its settings:
+
+```console
+bash hack/install-tools.sh   # helm 3 and 4 in .tools/bin
+bash hack/install-ct.sh      # ct {CT_VERSION} from its Go module, its configs in .tools/ct
+pip install yamllint yamale  # ct runs both
+PATH="$PWD/.tools/bin:$PATH" CT_CONFIG_DIR=.tools/ct ct lint --config ct.yaml
+```
+
+`ct install --config ct.yaml` installs each case on the current cluster, which needs KServe and the
+GPUs each scenario asks for; on kind (no GPUs) `tox -e kind` installs `ci/kind-values.yaml`.
+
+A refused value fails both. Helm 4 (Helm names the chart's refusal as a template that does not
+exist; its INFO line with the same message is left out):
+
+```console
+{LINT_SAMPLE}
+```
+
+`ct lint --config ct.yaml --helm-lint-extra-args "--strict --set kserve.version=0.20"` prints the
+same for each case and ends with `Error: failed linting charts: failed processing charts` (exit
+status 1).
 
 ## Source Code
 

@@ -5,6 +5,8 @@ hack/values-docs.py generates from those comments."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, run_helm
+from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, helm, run_helm
 
 
 def values_docs() -> ModuleType:
@@ -149,3 +151,27 @@ def test_prose_that_names_the_default_kserve_release_names_the_tables() -> None:
     values = (CHART / "values.yaml").read_text()
     assert f"Empty: the newest supported release, {default}." in values
     assert f"use {default}" in (CHART / "kserve-releases.yaml").read_text()
+
+
+def test_the_readme_shows_what_helm_lint_prints_on_a_refused_value(helm4: str) -> None:
+    """The chart CI example: its command run from the checkout prints each line the README shows
+    (but the elided include chain, `  ...`), and exits as it says."""
+    sample = values_docs().LINT_SAMPLE.splitlines()
+    assert "\n".join(sample) in (CHART / "README.md").read_text()
+    command, shown, code = sample[0], sample[1:-2], sample[-1]
+    args = shlex.split(command.removeprefix("$ "))
+    assert args[:2] == ["helm", "lint"]
+    proc = subprocess.run(
+        [str(helm(helm4)), *args[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": "/nonexistent"},
+        timeout=120,
+        check=False,
+    )
+    printed = (proc.stdout + proc.stderr).splitlines()
+    for line in shown:
+        if line != "  ...":
+            assert line in printed, proc.stdout + proc.stderr
+    assert str(proc.returncode) == code
