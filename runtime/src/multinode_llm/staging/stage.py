@@ -5,7 +5,9 @@ It ends with a complete, verified snapshot on the volume, or fails naming what i
 1. A revision already staged (``refs/REVISION`` and a whole snapshot) needs nothing: the Hub is not
    asked, so an expired token or a Hub outage cannot fail an upgrade that changes no model.
 2. Otherwise the revision is resolved to a commit once (a commit id is taken as it is), the commit's
-   file list (sizes, hashes) is read from the Hub, and the files are downloaded with
+   file list (sizes, hashes) is read from the Hub, its total size less what is on the volume
+   already is checked against the volume's free space (``room.py``: a model that cannot fit fails
+   at once, naming the ``model.storage.size`` it needs), and the files are downloaded with
    huggingface_hub into ``snapshots/COMMIT``.
 3. Every file is checked against that list, sizes and hashes: ``snapshot_download`` returns success
    on a partial folder when the Hub answers 429/5xx or times out (huggingface_hub
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from multinode_llm.errors import UserError
+from multinode_llm.staging import room
 from multinode_llm.staging.layout import (
     COMMIT,
     FileEntry,
@@ -165,6 +168,7 @@ def stage(
         sum(f.size for f in files),
         snapshot,
     )
+    room.check(snapshot, files, f"{source.repo}@{source.revision} ({commit})")
     left = _download(source, commit, files, snapshot, attempts, hub, sleep)
     if left:
         log.error(
