@@ -165,6 +165,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_network_arguments(demo)
 
+    _add_cluster_arguments(
+        commands.add_parser(
+            "cluster",
+            help="a real Kubernetes control plane with real KServe on this machine "
+            "(built from Go modules; nodes are fake kubelets with mocked GPUs)",
+        )
+    )
+
     exec_ = commands.add_parser(
         "exec", help="run a command in a pod's container (like kubectl exec)"
     )
@@ -174,8 +182,102 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_network_arguments(exec_)
 
 
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    from multinode_llm_local.controlplane import cluster as real
+
+    commands = parser.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+    up = commands.add_parser(
+        "up",
+        help="build (or reuse) and start the control plane, nodes and KServe; print the "
+        "KUBECONFIG to use with helm and kubectl",
+    )
+    up.add_argument(
+        "--kserve-version",
+        default="",
+        metavar="VERSION",
+        help="the KServe release to run (0.19.0, 0.15, ...); default: the chart's default; "
+        "only releases whose Go module the proxy serves are built (local/go/)",
+    )
+    up.add_argument("--nodes", type=int, default=real.UpOptions.nodes, help="default %(default)s")
+    up.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=real.UpOptions.gpus_per_node,
+        help="mocked nvidia.com/gpu capacity of each node; default %(default)s",
+    )
+    up.add_argument(
+        "--cpus-per-node",
+        type=int,
+        default=real.UpOptions.cpus_per_node,
+        help="CPU capacity each node advertises to the scheduler; default %(default)s",
+    )
+    up.add_argument(
+        "--memory-per-node",
+        default=real.UpOptions.memory_per_node,
+        help="memory capacity each node advertises; default %(default)s",
+    )
+    build_ = commands.add_parser(
+        "build", help="only build the control plane's programs (cached; seconds when warm)"
+    )
+    build_.add_argument(
+        "--kserve-version",
+        action="append",
+        default=[],
+        metavar="VERSION",
+        help="KServe releases to build (repeatable); default: every one local/go has",
+    )
+    status = commands.add_parser("status", help="the cluster's info and its processes")
+    down = commands.add_parser("down", help="stop everything and remove it (safe to repeat)")
+    for each in (up, status, down):
+        each.add_argument(
+            "--prefix",
+            default=real.DEFAULT_PREFIX,
+            help="prefix of the cluster's namespaces and state; default %(default)s",
+        )
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from multinode_llm_local.controlplane import build
+    from multinode_llm_local.controlplane import cluster as real
+    from multinode_llm_local.controlplane import kserve as real_kserve
+
+    command = args.cluster_command
+    if command == "up":
+        options = real.UpOptions(
+            prefix=args.prefix,
+            kserve_version=args.kserve_version,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            cpus_per_node=args.cpus_per_node,
+            memory_per_node=args.memory_per_node,
+        )
+        info = real.up(options, progress=_progress)
+        print(f"export KUBECONFIG={info.kubeconfig}")
+        return 0
+    if command == "build":
+        modules = build.modules()
+        names = ["kubernetes", "etcd", "coredns", "kube-rbac-proxy"]
+        versions = args.kserve_version or real_kserve.built_versions()
+        names += [real_kserve.resolve(v).module.name for v in versions]
+        for name in names:
+            print(build.build(modules[name], _progress))
+        return 0
+    if command == "status":
+        current = real.status(args.prefix)
+        if current is None:
+            print(f"no real cluster with prefix {args.prefix} is up")
+            return 1
+        print(json.dumps(current, indent=1))
+        return 0
+    removed = real.down(args.prefix)
+    print("removed: " + ", ".join(removed) if removed else f"nothing to remove for {args.prefix}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.local_command
+    if command == "cluster":
+        return _cluster(args)
     if command == "up":
         plan = cluster.up(_up_options(args), progress=_progress)
         print(f"OpenAI API of {plan.isvc} ({len(plan.pods)} pods; `multinode-llm-local status`):")

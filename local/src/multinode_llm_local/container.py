@@ -172,7 +172,10 @@ def _make_subpath(source: Path, uid: int, gid: int, mode: int) -> None:
 
 
 def _mount(mount: dict[str, Any], source: int | None) -> None:
-    target = mount["target"]
+    # Through the host's symlinks (/var/run -> /run, where a service-account token is mounted):
+    # a mount on a symlink would land on its target anyway, and mirroring the link's parent
+    # would cover the link's target too.
+    target = os.path.realpath(mount["target"])
     if source is None:
         _ensure_mount_point(target, directory=True)
         options = "mode=1777"
@@ -214,7 +217,9 @@ def _cover_with_mirror(parent: Path) -> None:
     entries = sorted(os.listdir(parent))
     original = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _run("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", str(parent))
+        # -n: mount(8) would otherwise write its table into /run/mount, on the new tmpfs when
+        # the parent is /run.
+        _run("mount", "-n", "-t", "tmpfs", "-o", "mode=755", "tmpfs", str(parent))
         for name in entries:
             entry = f"/proc/self/fd/{original}/{name}"
             mirror = parent / name
@@ -222,10 +227,10 @@ def _cover_with_mirror(parent: Path) -> None:
                 mirror.symlink_to(os.readlink(entry))
                 continue
             if os.path.isdir(entry):
-                mirror.mkdir()
+                mirror.mkdir(exist_ok=True)
             else:
                 mirror.touch()
-            _run("mount", "-c", "--rbind", entry, str(mirror), keep_fd=original)
+            _run("mount", "-n", "-c", "--rbind", entry, str(mirror), keep_fd=original)
     finally:
         os.close(original)
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from multinode_llm_local.pods import ContainerPlan, PodPlan, Probe
 from multinode_llm_local.state import ClusterPlan, ClusterState, write_json
@@ -156,10 +156,24 @@ async def _http_get(host: str, probe: Probe) -> tuple[bool, str]:
     return False, f"HTTP probe failed with statuscode: {code}: {body}"
 
 
+class PodHost(Protocol):
+    """What a ContainerRunner needs of whoever runs its pod: this module's Kubelet, or the real
+    cluster's node agent (controlplane/node.py)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def event(self, pod: PodPlan, container: str, reason: str, message: str) -> None: ...
+
+    def changed(self) -> None: ...
+
+    async def sleep(self, seconds: float) -> bool: ...
+
+
 class ContainerRunner:
     """One container of one pod: start, probe, kill, restart, with its status."""
 
-    def __init__(self, kubelet: Kubelet, pod: PodPlan, plan: ContainerPlan) -> None:
+    def __init__(self, kubelet: PodHost, pod: PodPlan, plan: ContainerPlan) -> None:
         self.kubelet = kubelet
         self.pod = pod
         self.plan = plan
@@ -179,8 +193,11 @@ class ContainerRunner:
             "last_state": None,
         }
 
-    async def run(self) -> None:
+    async def run(self, restart_policy: str = "Always") -> int:
+        """Run the container, restarting it as ``restart_policy`` says (Always, OnFailure, Never);
+        return its last exit code once it is not restarted, or once the kubelet stops."""
         backoff = Backoff()
+        exit_code = 0
         while not self.kubelet.stopping:
             started = time.time()
             exit_code, reason = await self._run_once()
@@ -204,7 +221,9 @@ class ContainerRunner:
                 self.pod, self.plan.name, "Terminated", f"exit code {exit_code} ({reason})"
             )
             if self.kubelet.stopping:
-                return
+                return exit_code
+            if restart_policy == "Never" or (restart_policy == "OnFailure" and exit_code == 0):
+                return exit_code
             delay = backoff.next(finished - started)
             if delay:
                 self._set(state="waiting", reason="CrashLoopBackOff")
@@ -215,8 +234,9 @@ class ContainerRunner:
                     f"back-off {delay:g}s restarting failed container",
                 )
                 if await self.kubelet.sleep(delay):
-                    return
+                    return exit_code
             self.status["restarts"] += 1
+        return exit_code
 
     async def stop(self, grace: float) -> None:
         """Kill the running container: SIGTERM to its init, SIGKILL after ``grace`` seconds."""

@@ -67,9 +67,9 @@ class Network:
         """Create the bridge (after removing anything a previous run with this prefix left)."""
         require_root()
         self.destroy()
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
 
     def add_host(self, name: str) -> Host:
         """Create namespace ``<prefix>-<name>`` with the next free address on the subnet."""
@@ -79,8 +79,8 @@ class Network:
         namespace = f"{self.prefix}-{name}"
         host = Host(namespace=namespace, ip=str(self.subnet.network_address + index))
         outside = f"{self.prefix}-v{index}"
-        _ip("netns", "add", namespace)
-        _ip(
+        ip("netns", "add", namespace)
+        ip(
             "link",
             "add",
             outside,
@@ -92,11 +92,11 @@ class Network:
             "netns",
             namespace,
         )
-        _ip("link", "set", outside, "master", self.bridge, "up")
-        _ip("-n", namespace, "addr", "add", f"{host.ip}/24", "dev", host.interface)
-        _ip("-n", namespace, "link", "set", host.interface, "up")
-        _ip("-n", namespace, "link", "set", "lo", "up")
-        _ip("-n", namespace, "route", "add", "default", "via", self.gateway)
+        ip("link", "set", outside, "master", self.bridge, "up")
+        ip("-n", namespace, "addr", "add", f"{host.ip}/24", "dev", host.interface)
+        ip("-n", namespace, "link", "set", host.interface, "up")
+        ip("-n", namespace, "link", "set", "lo", "up")
+        ip("-n", namespace, "route", "add", "default", "via", self.gateway)
         self.hosts[name] = host
         return host
 
@@ -120,13 +120,13 @@ class Network:
     def destroy(self) -> None:
         """Remove every namespace, veth, hosts file and bridge this prefix names. Safe to repeat."""
         for namespace in namespaces_with_prefix(self.prefix):
-            _ip("netns", "delete", namespace, check=False)
+            ip("netns", "delete", namespace, check=False)
             shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)
         # Deleting a namespace takes the veth pair with it only once nothing holds the namespace
         # (a process still exiting does): delete the host-side ends by name, too.
         for link in _links_with_prefix(f"{self.prefix}-v"):
-            _ip("link", "delete", link, check=False)
-        _ip("link", "delete", self.bridge, check=False)
+            ip("link", "delete", link, check=False)
+        ip("link", "delete", self.bridge, check=False)
         self.hosts.clear()
 
 
@@ -152,7 +152,8 @@ def require_root() -> None:
         )
 
 
-def _ip(*args: str, check: bool = True) -> None:
+def ip(*args: str, check: bool = True) -> None:
+    """Run `ip ARGS`; a failure (with check) is a UserError quoting the command and its error."""
     result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
         raise UserError(f"`ip {' '.join(args)}` failed: {result.stderr.strip()}")

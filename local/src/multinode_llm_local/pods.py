@@ -152,6 +152,10 @@ class PodIdentity:
     directory: Path
     gpus: int
     host_ip: str = ""
+    uid: str = ""  # empty: the local cluster's own ("local-<name>")
+    node_name: str = "local"
+    service_account: str = "default"
+    token: str = ""  # the service-account token a projected volume holds (the real cluster's)
 
 
 def plan_pod(
@@ -428,13 +432,18 @@ def _mount(
             return Mount(
                 target=target, kind="bind", source=str(directory / sub_path), read_only=True
             )
+    if "projected" in volume or "downwardAPI" in volume:
+        directory = identity.directory / "volumes" / volume["name"]
+        _write_projected(volume, identity, objects, directory, what)
+        return Mount(target=target, kind="bind", source=str(directory / sub_path), read_only=True)
     if "hostPath" in volume:
         source = Path(volume["hostPath"]["path"]) / sub_path
         return Mount(target=target, kind="bind", source=str(source), read_only=read_only)
     kinds = sorted(set(volume) - {"name"})
     raise UserError(
         f"{what}: volume type {kinds} is not supported by the local cluster "
-        "(it runs emptyDir, persistentVolumeClaim, configMap, secret and hostPath)"
+        "(it runs emptyDir, persistentVolumeClaim, configMap, secret, projected, downwardAPI "
+        "and hostPath)"
     )
 
 
@@ -467,6 +476,43 @@ def _write_projection(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(data.get(item["key"], ""))
         path.chmod(int(item.get("mode", mode)))
+
+
+def _write_projected(
+    volume: Obj, identity: PodIdentity, objects: list[Obj], directory: Path, what: str
+) -> None:
+    """A projected or downwardAPI volume's files: the service-account token (the identity's),
+    configMap and secret keys, and downward-API fields (what a kubelet writes into
+    ``kube-api-access-*``, which the API server adds to every pod that mounts its token)."""
+    if "downwardAPI" in volume:
+        sources = [{"downwardAPI": volume["downwardAPI"]}]
+        mode = int(volume["downwardAPI"].get("defaultMode", 0o644))
+    else:
+        sources = volume["projected"].get("sources") or []
+        mode = int(volume["projected"].get("defaultMode", 0o644))
+    files: dict[str, tuple[str, int]] = {}
+    for source in sources:
+        if "serviceAccountToken" in source:
+            token = source["serviceAccountToken"]
+            files[token.get("path", "token")] = (identity.token, mode)
+        for kind, key in (("configMap", "name"), ("secret", "name")):
+            if kind in source:
+                ref = source[kind]
+                data = _object_data(kind, ref[key], objects, bool(ref.get("optional")), what)
+                items = ref.get("items") or [{"key": k, "path": k} for k in data]
+                for item in items:
+                    files[item["path"]] = (data.get(item["key"], ""), int(item.get("mode", mode)))
+        for item in (source.get("downwardAPI") or {}).get("items") or []:
+            if "fieldRef" not in item:
+                raise UserError(f"{what}: downwardAPI item {item['path']!r} needs a fieldRef")
+            value = _field_ref(item["fieldRef"]["fieldPath"], identity, what)
+            files[item["path"]] = (value, int(item.get("mode", mode)))
+    directory.mkdir(parents=True, exist_ok=True)
+    for relative, (content, file_mode) in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        path.chmod(file_mode)
 
 
 def _object_data(
@@ -519,9 +565,9 @@ def _field_ref(path: str, identity: PodIdentity, what: str) -> str:
     simple = {
         "metadata.name": identity.name,
         "metadata.namespace": identity.namespace,
-        "metadata.uid": f"local-{identity.name}",
-        "spec.nodeName": "local",
-        "spec.serviceAccountName": "default",
+        "metadata.uid": identity.uid or f"local-{identity.name}",
+        "spec.nodeName": identity.node_name,
+        "spec.serviceAccountName": identity.service_account,
         "status.podIP": identity.ip,
         "status.podIPs": identity.ip,
         "status.hostIP": identity.host_ip,

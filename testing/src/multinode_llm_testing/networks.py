@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Allocation:
-    """A namespace-name prefix and a /24. With ``slots``, one of each per slot number N: ``prefix``
-    and ``subnet`` hold ``{n}``. A ``subnet`` of "" is a prefix that makes no network."""
+    """A namespace-name prefix and a /24 (the real cluster's are larger). With ``slots``, one of
+    each per slot number N: ``prefix`` and ``subnet`` hold ``{n}``. A ``subnet`` of "" is a prefix
+    that makes no network; a ``prefix`` of "" is a network with no namespaces of its own."""
 
     user: str
     prefix: str
@@ -120,6 +121,28 @@ NETNS_DNS_UNIT = Allocation(
     lock="/tmp/multinode-llm-netns-dns.lock",
 )
 
+# 10.235.0.0/16 to 10.237.0.0/30: the real cluster (multinode_llm_local.controlplane.network), whose
+# networks are larger than a /24: every node gets a /24 of the pods' /16.
+REAL_CLUSTER_PODS = Allocation(
+    "multinode-llm-local cluster: its pods, a /24 per node (tests/cluster)",
+    "mnk",
+    "10.235.0.0/16",
+    lock="one real cluster at a time: /tmp/multinode-llm-real-cluster.lock",
+)
+REAL_CLUSTER_SERVICES = Allocation(
+    "multinode-llm-local cluster: its Services' addresses (kube-proxy's, no namespaces)",
+    "",
+    "10.236.0.0/16",
+    lock="the real cluster's",
+)
+REAL_CLUSTER_UPLINK = Allocation(
+    "multinode-llm-local cluster: the veth pair between this machine and the nodes' host",
+    "",
+    "10.237.0.0/30",
+    lock="the real cluster's",
+)
+REAL_CLUSTER = (REAL_CLUSTER_PODS, REAL_CLUSTER_SERVICES, REAL_CLUSTER_UPLINK)
+
 ALLOCATIONS: tuple[Allocation, ...] = (
     LOCAL_CLUSTER,
     E2E_GROUPS,
@@ -132,4 +155,5 @@ ALLOCATIONS: tuple[Allocation, ...] = (
     BENCH_LOCAL,
     BENCH_CACHE,
     NETNS_DNS_UNIT,
+    *REAL_CLUSTER,
 )

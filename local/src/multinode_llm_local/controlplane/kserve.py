@@ -1,0 +1,227 @@
+"""Real KServe on the real cluster: the manager built from ``github.com/kserve/kserve`` at a release
+tag, installed from that same module's own Helm charts.
+
+The release's module (``local/go/kserve-vX.Y.Z``; the Go module proxy serves only some tags,
+``local/go/unserved.yaml`` says which it refused) holds the manager's source and the charts
+KServe's install docs use: ``charts/kserve-crd`` (the CRDs), ``charts/kserve-resources`` (RBAC,
+the ``inferenceservice-config`` ConfigMap, the webhook configurations, the manager's Deployment and
+Service, from 0.17 without the built-in runtimes) and, from 0.17, ``charts/kserve-runtime-configs``
+(the ClusterServingRuntimes a default install has). They are rendered with real helm in the
+deployment mode the release calls raw (RawDeployment, or Standard from 0.16 on, as
+``kserve-releases.yaml`` says) and applied with real kubectl.
+
+One thing stands in for what a real cluster would run: cert-manager. KServe's charts ask it for a
+``Certificate`` of the webhook Service and for its CA in every webhook configuration
+(``cert-manager.io/inject-ca-from``). Here ``pki.py`` issues that certificate into the Secret the
+Certificate names, and the CA bundle is written where cert-manager's cainjector would write it.
+The ``Certificate`` and ``Issuer`` objects themselves are left out (their CRDs are cert-manager's).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from multinode_llm.errors import UserError
+
+from multinode_llm_local.controlplane import build
+from multinode_llm_local.controlplane.pki import Pki
+from multinode_llm_local.kserve import releases
+
+if TYPE_CHECKING:
+    from multinode_llm_local.controlplane.cluster import Kubectl
+
+Obj = dict[str, Any]
+NAMESPACE = "kserve"
+CERT_MANAGER_KINDS = ("Certificate", "Issuer", "ClusterIssuer")
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+READY_S = 300.0
+
+
+@dataclass(frozen=True)
+class Release:
+    """The KServe release a real cluster runs, and the module its manager is built from."""
+
+    version: str  # "0.19.0"
+    module: build.Module
+    deployment_mode: str  # what the release calls its raw mode: RawDeployment or Standard
+
+    @property
+    def source(self) -> str:
+        return f"module github.com/kserve/kserve@v{self.version}"
+
+
+def built_versions() -> list[str]:
+    """The releases of kserve-releases.yaml whose manager is built here, oldest first."""
+    return [v for v in releases.versions() if build.kserve_module(v) is not None]
+
+
+def unserved() -> dict[str, str]:
+    """Release -> the proxy's answer, for the releases whose module it refused."""
+    path = build.go_root() / "unserved.yaml"
+    found = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    return {str(k): str(v) for k, v in found.items()}
+
+
+def resolve(asked: str) -> Release:
+    """The release ``asked`` names (as ``kserve.version`` does; empty: the chart's default)."""
+    release = releases.resolve(asked) if asked else releases.default()
+    module = build.kserve_module(release.version)
+    if module is None:
+        refused = unserved().get(release.version, "no module folder in local/go")
+        raise UserError(
+            f"KServe {release.version} cannot run for real here: the Go module proxy does not "
+            f"serve github.com/kserve/kserve@v{release.version} ({refused.splitlines()[0]}); "
+            f"releases built here: {', '.join(built_versions())} (--kserve-version)"
+        )
+    return Release(release.version, module, release.deployment_mode)
+
+
+def module_dir(release: Release) -> Path:
+    """The module's files in Go's module cache (downloaded by its build)."""
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"github.com/kserve/kserve@v{release.version}"],
+        cwd=release.module.directory,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Dir" not in info:
+        raise UserError(f"go mod download of KServe {release.version} failed: {info or result}")
+    return Path(info["Dir"])
+
+
+def render(release: Release, helm: Path) -> tuple[list[Obj], list[Obj], list[Obj]]:
+    """KServe's CRDs, its resources and its built-in runtimes, rendered by helm from its charts."""
+    charts = module_dir(release) / "charts"
+    crds = _template(helm, charts / "kserve-crd", [])
+    mode = f"kserve.controller.deploymentMode={release.deployment_mode}"
+    resources = _template(helm, charts / "kserve-resources", ["--set", mode])
+    runtimes = [o for o in resources if o["kind"] == "ClusterServingRuntime"]
+    resources = [o for o in resources if o["kind"] != "ClusterServingRuntime"]
+    configs = charts / "kserve-runtime-configs"
+    if configs.is_dir():
+        runtimes += [
+            o
+            for o in _template(
+                helm,
+                configs,
+                [
+                    "--set",
+                    f"kserve.version=v{release.version}",
+                    "--set",
+                    "kserve.servingruntime.enabled=true",
+                ],
+            )
+            if o["kind"] == "ClusterServingRuntime"
+        ]
+    return crds, resources, runtimes
+
+
+def install(
+    kubectl: Kubectl, release: Release, pki: Pki, helm: Path, progress: Callable[[str], None]
+) -> None:
+    """Install the release and wait until its manager serves its webhooks."""
+    crds, resources, runtimes = render(release, helm)
+    kubectl.apply(_stream(crds))
+    for crd in crds:
+        kubectl.wait_for("crd", crd["metadata"]["name"], "condition=Established", 60)
+    certificates = [o for o in resources if o["kind"] == "Certificate"]
+    objects = [o for o in resources if o["kind"] not in CERT_MANAGER_KINDS]
+    secrets = [_serving_secret(pki, certificate) for certificate in certificates]
+    ca_bundle = base64.b64encode(pki.ca.cert.read_bytes()).decode()
+    objects = [_with_ca_bundle(o, ca_bundle) for o in objects]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    kubectl.apply(_stream([namespace, *secrets, *objects]))
+    kubectl.rollout(NAMESPACE, "deployment/kserve-controller-manager", READY_S)
+    _wait_webhooks(kubectl, READY_S)
+    if runtimes:
+        progress(f"KServe's manager serves; adding its {len(runtimes)} built-in runtimes")
+        kubectl.apply(_stream(runtimes))
+
+
+def _template(helm: Path, chart: Path, args: list[str]) -> list[Obj]:
+    result = subprocess.run(
+        [str(helm), "template", "kserve", str(chart), "--namespace", NAMESPACE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise UserError(f"helm template {chart} failed: {result.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def _serving_secret(pki: Pki, certificate: Obj) -> Obj:
+    """What cert-manager would write for ``certificate``: a TLS Secret signed by the CA."""
+    spec = certificate["spec"]
+    name = spec["secretName"]
+    dns = list(spec.get("dnsNames") or [])
+    pair = pki.issue(f"webhook-{name}", spec.get("commonName") or dns[0], dns=dns)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {
+            "name": name,
+            "namespace": certificate["metadata"].get("namespace", NAMESPACE),
+        },
+        "data": {
+            "tls.crt": base64.b64encode(pair.cert.read_bytes()).decode(),
+            "tls.key": base64.b64encode(pair.key.read_bytes()).decode(),
+            "ca.crt": base64.b64encode(pki.ca.cert.read_bytes()).decode(),
+        },
+    }
+
+
+def _with_ca_bundle(obj: Obj, ca_bundle: str) -> Obj:
+    """The object with the CA where cert-manager's cainjector puts it (webhooks, conversion)."""
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if "cert-manager.io/inject-ca-from" not in annotations:
+        return obj
+    if obj["kind"] in WEBHOOK_KINDS:
+        for webhook in obj.get("webhooks") or []:
+            webhook.setdefault("clientConfig", {})["caBundle"] = ca_bundle
+    if obj["kind"] == "CustomResourceDefinition":
+        conversion = obj.get("spec", {}).get("conversion", {}).get("webhook")
+        if conversion:
+            conversion.setdefault("clientConfig", {})["caBundle"] = ca_bundle
+    return obj
+
+
+def _wait_webhooks(kubectl: Kubectl, timeout: float) -> None:
+    """Until KServe's InferenceService webhooks answer: a server-side dry run goes through them."""
+    probe = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "webhook-probe", "namespace": "default"},
+        "spec": {
+            "predictor": {
+                "model": {"modelFormat": {"name": "sklearn"}, "storageUri": "pvc://probe/model"}
+            }
+        },
+    }
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            kubectl.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe))
+            return
+        except UserError as error:
+            last = str(error)
+            if "webhook" not in last and "connection refused" not in last:
+                return  # the webhooks answered, and refused the probe: they serve
+        time.sleep(1)
+    raise UserError(f"KServe's webhooks did not answer within {timeout:.0f} s: {last}")
+
+
+def _stream(objects: list[Obj]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=False)

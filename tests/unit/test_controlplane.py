@@ -1,0 +1,172 @@
+"""The real cluster's pure parts: module pins, image stand-ins, releases, projected volumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from multinode_llm.errors import UserError
+from multinode_llm_local.controlplane import build, kserve, runtime
+from multinode_llm_local.controlplane.network import ClusterNetwork
+from multinode_llm_local.kserve import releases
+from multinode_llm_local.pods import PodIdentity, plan_pod
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_module_names_what_it_builds_and_pins_it() -> None:
+    modules = build.modules(ROOT / "local" / "go")
+    assert {"kubernetes", "etcd", "coredns", "kube-rbac-proxy"} <= set(modules)
+    assert modules["kubernetes"].tools() == [
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-proxy",
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+    ]
+    for module in modules.values():
+        assert (module.directory / "go.sum").is_file(), f"{module.name} has no go.sum"
+
+
+def test_kubernetes_staging_modules_are_pinned_to_its_own_minor() -> None:
+    module = build.modules(ROOT / "local" / "go")["kubernetes"]
+    version = module.required("k8s.io/kubernetes")
+    assert version.startswith("v1.")
+    text = module.text()
+    assert f"k8s.io/api => k8s.io/api v0{version[2:]}" in text
+    assert f"k8s.io/client-go => k8s.io/client-go v0{version[2:]}" in text
+
+
+def test_kubernetes_programs_are_stamped_with_their_version() -> None:
+    module = build.modules(ROOT / "local" / "go")["kubernetes"]
+    version = module.required("k8s.io/kubernetes")
+    flags = module.ldflags()
+    assert f"k8s.io/component-base/version.gitVersion={version}" in flags
+    assert "-s -w" in flags
+    assert "gitVersion" not in build.modules(ROOT / "local" / "go")["etcd"].ldflags()
+
+
+def test_a_build_key_changes_with_the_module_and_the_go_version(tmp_path: Path) -> None:
+    folder = tmp_path / "thing"
+    folder.mkdir()
+    (folder / "go.mod").write_text("module x\n\ngo 1.26.0\n\ntool example.com/x/cmd/x\n")
+    module = build.Module(folder)
+    assert module.tools() == ["example.com/x/cmd/x"]
+    first = module.key("go1.26.8")
+    assert module.key("go1.26.9") != first
+    (folder / "go.sum").write_text("example.com/x v1.0.0 h1:abc=\n")
+    assert module.key("go1.26.8") != first
+
+
+def test_a_module_without_tools_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text("module x\n\ngo 1.26.0\n")
+    with pytest.raises(UserError, match="names no `tool`"):
+        build.Module(tmp_path).tools()
+
+
+def test_each_built_kserve_release_is_one_of_the_chart_table() -> None:
+    built = kserve.built_versions()
+    assert releases.default().version in built
+    assert set(built) <= set(releases.versions())
+    refused = kserve.unserved()
+    assert not set(built) & set(refused)
+    assert set(built) | set(refused) == set(releases.versions())
+
+
+def test_a_release_the_proxy_refused_is_refused_with_the_proxy_answer() -> None:
+    refused = kserve.unserved()
+    if not refused:
+        pytest.skip("the proxy served every release")
+    version = sorted(refused)[0]
+    with pytest.raises(
+        UserError, match=f"github.com/kserve/kserve@v{version}.*releases built here"
+    ):
+        kserve.resolve(version)
+
+
+def test_own_images_run_from_this_machine_and_go_images_from_their_builds(tmp_path: Path) -> None:
+    program = tmp_path / "build-1" / "manager"
+    program.parent.mkdir()
+    program.write_bytes(b"\x7fELF")
+    programs = {"manager": str(program)}
+    own = runtime.resolve("ghcr.io/multinode-llm/multinode-llm:0.1.0", programs, "0.19.0", tmp_path)
+    assert own.rootfs == ""
+    assert own.entrypoint == ("multinode-llm",)
+    manager = runtime.resolve("kserve/kserve-controller:v0.19.0", programs, "0.19.0", tmp_path)
+    assert manager.entrypoint == ("/manager",)
+    assert manager.user == 65532
+    assert (Path(manager.rootfs) / "manager").read_bytes() == b"\x7fELF"
+
+
+def test_an_image_without_a_stand_in_fails_as_a_pull_would(tmp_path: Path) -> None:
+    with pytest.raises(runtime.ImageUnavailableError, match="busybox"):
+        runtime.resolve("busybox:1.36", {}, "0.19.0", tmp_path)
+    with pytest.raises(runtime.ImageUnavailableError, match=r"KServe 0\.19\.0"):
+        runtime.resolve("kserve/kserve-controller:v0.15.2", {"manager": "/x"}, "0.19.0", tmp_path)
+
+
+def test_the_network_keeps_its_addresses_apart() -> None:
+    network = ClusterNetwork()
+    assert network.bridge_ip == "10.235.255.254"
+    assert network.kubernetes_service_ip == "10.236.0.1"
+    assert network.dns_ip == "10.236.0.10"
+    assert (network.root_ip, network.uplink_ip) == ("10.237.0.1", "10.237.0.2")
+    assert network.pod_namespace("12345678-aaaa-bbbb") == "mnk-p12345678aaaabbbb"
+
+
+def test_a_projected_service_account_volume_holds_token_ca_and_namespace(tmp_path: Path) -> None:
+    identity = PodIdentity(
+        name="p",
+        namespace="llm",
+        ip="10.235.0.2",
+        netns="mnk-px",
+        role="",
+        labels={},
+        annotations={},
+        directory=tmp_path,
+        gpus=0,
+        uid="u-1",
+        node_name="node-0",
+        token="the-token",
+    )
+    spec = {
+        "containers": [
+            {
+                "name": "c",
+                "command": ["true"],
+                "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/sa"}],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "kube-api-access",
+                "projected": {
+                    "defaultMode": 0o644,
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {
+                            "configMap": {
+                                "name": "kube-root-ca.crt",
+                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                            }
+                        },
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "path": "namespace",
+                                        "fieldRef": {"fieldPath": "metadata.namespace"},
+                                    }
+                                ]
+                            }
+                        },
+                    ],
+                },
+            }
+        ],
+    }
+    ca = {"kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "CA"}}
+    plan_pod(identity, spec, [ca], {})
+    folder = tmp_path / "volumes" / "kube-api-access"
+    assert (folder / "token").read_text() == "the-token"
+    assert (folder / "ca.crt").read_text() == "CA"
+    assert (folder / "namespace").read_text() == "llm"
