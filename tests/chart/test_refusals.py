@@ -196,6 +196,22 @@ TABLE: dict[str, Refusal] = {
         "worker.env[0]",
         "set group.executor instead",
     ),
+    # keys the chart writes, repeated in a user map (test_owned_keys.py checks every one)
+    "deployment mode annotation by hand": Refusal(
+        {"inferenceService": {"annotations": {"serving.kserve.io/deploymentMode": "Serverless"}}},
+        "inferenceService.annotations.serving.kserve.io/deploymentMode=Serverless",
+        "kserve.version decides it",
+    ),
+    "autoscaler class annotation by hand": Refusal(
+        {"inferenceService": {"annotations": {"serving.kserve.io/autoscalerClass": "hpa"}}},
+        "inferenceService.annotations.serving.kserve.io/autoscalerClass=hpa",
+        "inferenceService.autoscalerClass decides it",
+    ),
+    "usage stats in head env": Refusal(
+        {"head": {"env": [{"name": "VLLM_NO_USAGE_STATS", "value": "0"}]}},
+        "head.env[0] sets VLLM_NO_USAGE_STATS",
+        "the chart turns vLLM's usage reports off",
+    ),
     "executor annotation in pod annotations": Refusal(
         {"podAnnotations": {"multinode/executor-backend": "mp"}},
         "podAnnotations.multinode/executor-backend",

@@ -606,6 +606,87 @@ template:
       {{- end }}
 {{- end }} {{- /* define "multinode-llm.downloadJobSpec" */}}
 
+{{- /* The InferenceService's own annotations; inferenceService.annotations may not repeat a key
+("multinode-llm.ownedKeys"). Context: root. */}}
+{{- define "multinode-llm.isvcAnnotations" -}}
+serving.kserve.io/deploymentMode: {{ include "multinode-llm.deploymentMode" . }}
+serving.kserve.io/autoscalerClass: {{ include "multinode-llm.requiredAutoscalerClass" . }}
+{{- with include "multinode-llm.gpuTypesAnnotation" . }}
+{{ . }}
+{{- end }}
+# Argo CD: after the runtime, the volume and the model's download (wave -1).
+argocd.argoproj.io/sync-wave: "0"
+{{- end }}
+
+{{- /* The serving runtime's own annotations; runtime.annotations may not repeat a key. Context: root. */}}
+{{- define "multinode-llm.runtimeAnnotations" -}}
+# Argo CD: the runtime exists before the InferenceService that names it.
+argocd.argoproj.io/sync-wave: "-1"
+# The KServe release the chart rendered for (kserve-releases.yaml); KServe copies runtime
+# metadata into no pod.
+multinode-llm/kserve-release: {{ (include "multinode-llm.kserveRelease" . | fromJson).version | quote }}
+{{- end }}
+
+{{- /* Who decides each label and annotation the chart sets, and what to do instead of repeating
+it in a user map: a map holding a key the chart writes too renders a duplicate key, and the API
+server keeps the last one (the user's), silently. Context: root. */}}
+{{- define "multinode-llm.keyOwners" -}}
+{{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
+{{- dict
+  "serving.kserve.io/deploymentMode" (printf "kserve.version decides it (%s for KServe %s, the only mode a multi-node group runs in); set kserve.version to the release the cluster runs" $release.deploymentMode $release.version)
+  "serving.kserve.io/autoscalerClass" (printf "inferenceService.autoscalerClass decides it (KServe %s admits a multi-node InferenceService only with %q); set inferenceService.autoscalerClass, or leave both empty" $release.version $release.autoscalerClass)
+  "serving.kserve.io/gpu-resource-types" "gpu.customResourceTypes and rdma.resources decide it; list the types there"
+  "argocd.argoproj.io/sync-wave" "the chart orders its objects for Argo CD (the volume, the download and the runtime -1, the InferenceService 0, the readiness Job 1); remove it"
+  "multinode-llm/kserve-release" "kserve.version decides it (the local emulation and the notes read it); set kserve.version"
+  "helm.sh/chart" "the chart's name and version decide it; remove it"
+  "app.kubernetes.io/name" "nameOverride decides it (the chart's selectors use it); set nameOverride"
+  "app.kubernetes.io/instance" "the release name decides it (the chart's selectors use it); remove it"
+  "app.kubernetes.io/managed-by" "Helm decides it; remove it"
+  "app.kubernetes.io/part-of" "the chart decides it (multinode-llm); remove it"
+  "app.kubernetes.io/version" "the chart's appVersion decides it; remove it"
+  "app.kubernetes.io/component" "the chart names the part of the release an object is (the monitors and dashboards select by it); remove it"
+  "severity" "each alert's severity decides it (critical or warning, docs/monitoring.md); route on another label"
+  | toJson }}
+{{- end }} {{- /* define "multinode-llm.keyOwners" */}}
+
+{{- /* The keys of each user map that the chart writes into the same map, by the map's value path,
+as JSON {"inferenceService.labels": ["app.kubernetes.io/name", ...], ...}. Read from the very
+helpers that render them. Context: root. */}}
+{{- define "multinode-llm.ownedKeys" -}}
+{{- $labels := include "multinode-llm.labels" . | fromYaml }}
+{{- $monitoring := merge (deepCopy $labels) (dict "app.kubernetes.io/component" "monitoring") }}
+{{- dict
+  "inferenceService.labels" (keys (include "multinode-llm.stableLabels" . | fromYaml))
+  "inferenceService.annotations" (keys (include "multinode-llm.isvcAnnotations" . | fromYaml))
+  "runtime.labels" (keys $labels)
+  "runtime.annotations" (keys (include "multinode-llm.runtimeAnnotations" . | fromYaml))
+  "monitoring.labels" (keys $monitoring)
+  "monitoring.dashboard.sidecarLabels" (keys $monitoring)
+  "monitoring.rules.alertLabels" (list "severity")
+  | toJson }}
+{{- end }} {{- /* define "multinode-llm.ownedKeys" */}}
+
+{{- /* User labels and annotations that repeat a key the chart sets, as a JSON array of messages
+naming the key, what decides it and the fix. Context: root. */}}
+{{- define "multinode-llm.validateOwnedKeys" -}}
+{{- $errors := list }}
+{{- $owners := include "multinode-llm.keyOwners" . | fromJson }}
+{{- $owned := include "multinode-llm.ownedKeys" . | fromJson }}
+{{- range $path := keys $owned | sortAlpha }}
+{{- $map := $.Values }}
+{{- range splitList "." $path }}
+{{- $map = index $map . | default dict }}
+{{- end }}
+{{- $kind := ternary "annotation" "label" (hasSuffix "annotations" $path) }}
+{{- range $key := get $owned $path | sortAlpha }}
+{{- if hasKey $map $key }}
+{{- $errors = append $errors (printf "%s.%s=%s: the chart sets this %s, and a duplicate key's last copy (this one) is the one the API server keeps; %s" $path $key (toString (get $map $key)) $kind (get $owners $key | default (printf "the chart decides it; remove it from %s" $path))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.validateOwnedKeys" */}}
+
 {{- /* Environment names users may not set in head.env / worker.env, each with what to set instead. */}}
 {{- define "multinode-llm.reservedEnv" -}}
 {{- dict
@@ -636,6 +717,9 @@ template:
   "MULTINODE_LLM_COMPILE_CACHE_KEY" "the chart computes it from the model, the parallel sizes, the executor, vllm.args and the image"
   "MULTINODE_LLM_COMPILE_CACHE_SHARED" "set compileCache.shared.enabled instead"
   "MULTINODE_LLM_COMPILE_CACHE_SHARED_LIMIT" "set compileCache.shared.sizeLimit instead"
+  "MULTINODE_LLM_GROUP_SPEC" "the chart computes it (the hash of the group's spec the readiness Job waits for)"
+  "VLLM_NO_USAGE_STATS" "the chart turns vLLM's usage reports off (the pods call no one outside the cluster)"
+  "RAY_USAGE_STATS_ENABLED" "the chart turns Ray's usage reports off (the pods call no one outside the cluster)"
   "PYTHONPATH" "KServe refuses it for security reasons"
   | toJson }}
 {{- end }}
@@ -858,6 +942,13 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 
 {{- /* environment and vLLM arguments the chart or KServe own */}}
 {{- $reservedEnv := include "multinode-llm.reservedGroupEnv" . | fromJson }}
+{{- /* and whatever else the chart declares on both containers: KServe merges the InferenceService's
+env over the runtime's by name, so a user variable would replace the chart's */}}
+{{- range $var := include "multinode-llm.groupEnv" . | fromYamlArray }}
+{{- if not (hasKey $reservedEnv $var.name) }}
+{{- $_ := set $reservedEnv $var.name "the chart sets it on the head and the workers" }}
+{{- end }}
+{{- end }}
 {{- range $role := list "head" "worker" }}
 {{- range $i, $e := index $v $role "env" | default list }}
 {{- if hasKey $reservedEnv $e.name }}
@@ -865,6 +956,14 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $cacheEnv := dict "POD_IP" "the chart sets it from the downward API (the cache advertises it to its peers)" "PYTHONDONTWRITEBYTECODE" "the chart sets it (the root filesystem is read-only)" }}
+{{- range $i, $e := $v.modelCache.env | default list }}
+{{- if hasKey $cacheEnv $e.name }}
+{{- $errors = append $errors (printf "modelCache.env[%d] sets %s: %s; remove it from modelCache.env" $i $e.name (get $cacheEnv $e.name)) }}
+{{- end }}
+{{- end }}
+{{- /* labels and annotations the chart writes (InferenceService, runtime, monitoring) */}}
+{{- $errors = concat $errors (include "multinode-llm.validateOwnedKeys" . | fromJsonArray) }}
 {{- $reservedFlags := include "multinode-llm.reservedVllmFlags" . | fromJson }}
 {{- range $i, $arg := $v.vllm.args }}
 {{- /* vLLM's parser reads --master_port as --master-port */}}
