@@ -266,3 +266,13 @@ def test_the_notes_give_the_port_forward_and_warn_about_rolling_updates(helm4: s
         helm4, values=deep_merge(values, {"strategy": {"type": "RollingUpdate"}})
     )
     assert "second full set of 4 nvidia.com/gpu" in rolling.stdout.split("NOTES:", 1)[1]
+
+
+def test_the_notes_say_how_to_see_whether_the_model_fits_its_volume(helm4: str) -> None:
+    values = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}}
+    notes = install_dry_run(helm4, values=values).stdout.split("NOTES:", 1)[1]
+    # the stager's log line (multinode_llm/staging/room.py) and its refusal's value
+    assert '"room:" line says what the commit needs and what is free' in notes
+    assert "naming the model.storage.size that holds it" in notes
+    size = "jsonpath='{.status.capacity.storage}'"
+    assert f"kubectl -n serving get pvc llm-multinode-llm-model -o {size}" in notes

@@ -106,7 +106,7 @@ def test_what_is_staged_already_counts_against_what_the_commit_needs(
     assert removed == 0
     assert again == 0, again_err
     slack = len(big.files) * 64 * 1024
-    assert f"needs {slack / 1024:.1f} KiB more" in again_err, again_err  # the files are there
+    assert f"room: org/big@main ({big.commit}) needs {slack / 1024:.1f} KiB more" in again_err
     assert f"snapshots/{big.commit}/.multinode-llm/manifest.json" in [
         f.removeprefix("model/") for f in found["files"]
     ]
