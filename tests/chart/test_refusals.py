@@ -116,6 +116,57 @@ TABLE: dict[str, Refusal] = {
         "vllm.args[1]",
         "set parallelism.tensor",
     ),
+    # vLLM flags outside the chart's sizing (tensor x pipeline GPUs, one group)
+    "data parallel size in vllm args": Refusal(
+        {"vllm": {"args": ["--data-parallel-size=2"]}},
+        "vllm.args[0]=--data-parallel-size=2 is outside the chart's sizing",
+        "the engine would wait for ranks no pod holds",
+    ),
+    "data parallel short flag in vllm args": Refusal(
+        {"vllm": {"args": ["--max-model-len=4096", "-dp", "2"]}},
+        "vllm.args[1]=-dp",
+        "serve more copies of the model as more releases",
+    ),
+    "another data parallel flag in vllm args": Refusal(
+        {"vllm": {"args": ["--data_parallel_size_local", "2"]}},
+        "vllm.args[0]=--data_parallel_size_local is outside the chart's sizing",
+        "data parallelism runs whole copies",
+    ),
+    "a data parallel flag vllm added later": Refusal(
+        {"vllm": {"args": ["--data-parallel-new-mode"]}},
+        "vllm.args[0]=--data-parallel-new-mode is outside the chart's sizing",
+        "data parallelism runs whole copies",
+    ),
+    "expert parallel in vllm args": Refusal(
+        {"vllm": {"args": ["--enable-expert-parallel"]}},
+        "vllm.args[0]=--enable-expert-parallel is outside the chart's sizing",
+        "the chart does not size expert parallelism yet",
+    ),
+    "expert parallel abbreviated in vllm args": Refusal(
+        {"vllm": {"args": ["--enable-expert"]}},
+        "vllm.args[0]=--enable-expert (vLLM reads it as --enable-expert-parallel)",
+        "expert parallelism shards a MoE model's experts",
+    ),
+    "expert load balancing in vllm args": Refusal(
+        {"vllm": {"args": ["--enable-eplb"]}},
+        "vllm.args[0]=--enable-eplb",
+        "expert load balancing needs expert parallelism",
+    ),
+    "prefill context parallel in vllm args": Refusal(
+        {"vllm": {"args": ["-pcp=2"]}},
+        "vllm.args[0]=-pcp=2",
+        "prefill context parallelism multiplies the ranks of the group",
+    ),
+    "served name abbreviated in vllm args": Refusal(
+        {"vllm": {"args": ["--served", "x"]}},
+        "vllm.args[0]=--served (vLLM reads it as --served-model-name)",
+        "set model.name",
+    ),
+    "nnodes short flag in vllm args": Refusal(
+        {"group": {"executor": "mp"}, "vllm": {"args": ["-n", "2"]}},
+        "vllm.args[0]=-n",
+        "the runtime sets --nnodes to parallelism.pipeline",
+    ),
     # the executor (group.executor, docs/executors.md)
     "unknown executor": schema({"group": {"executor": "torchrun"}}, "group.executor"),
     "master port below 1024": schema(
@@ -721,6 +772,13 @@ def test_the_refusal_comes_from_the_validate_template_alone(major: str) -> None:
     assert render.returncode != 0
     assert f"execution error at (multinode-llm/{VALIDATE}:" in render.stderr, render.stderr
     assert render.stderr.count("value(s) to fix") == 1, render.stderr
+
+
+def test_vllm_flags_the_chart_neither_owns_nor_refuses_reach_vllm(major: str) -> None:
+    args = ["--max-model-len=4096", "--decode-context-parallel-size", "2", "--dp-sync-interval=1"]
+    render = template(major, values=deep_merge(GOOD, {"vllm": {"args": args}}))
+    isvc = render.one("InferenceService")
+    assert isvc["spec"]["predictor"]["model"]["args"][2:] == args
 
 
 def test_helm_install_dry_run_accepts_the_good_values(helm4: str) -> None:

@@ -757,12 +757,82 @@ gpu.resourceName (accelerators.yaml), as JSON. Context: root. */}}
   "--host" "the head listens on every interface of the pod"
   "--distributed-executor-backend" "set group.executor (ray or mp)"
   "--nnodes" "the runtime sets it to parallelism.pipeline (group.executor=mp)"
+  "-n" "the runtime sets --nnodes to parallelism.pipeline (group.executor=mp)"
   "--node-rank" "the head hands each worker its rank (group.executor=mp)"
+  "-r" "the head hands each worker its rank, --node-rank (group.executor=mp)"
   "--master-addr" "the runtime sets it to the head's pod IP (group.executor=mp)"
   "--master-port" "set group.masterPort"
   "--headless" "the runtime runs the workers headless (group.executor=mp)"
   | toJson }}
 {{- end }}
+
+{{- /* vLLM flags outside the chart's sizing, each with what it would break: the group is
+parallelism.tensor GPUs on each of parallelism.pipeline nodes, and KServe starts exactly those pods
+(one head, pipeline - 1 workers), so a flag that asks vLLM for more ranks or lays the model out
+across ranks the chart does not plan for cannot work, or works on GPUs the chart never asked for.
+Refused until the chart sizes them. (vLLM 0.32's ParallelConfig: world size = pipeline x tensor x
+prefill context parallel, times data parallel across engines.) */}}
+{{- define "multinode-llm.unsizedVllmFlags" -}}
+{{- $dp := "data parallelism runs whole copies of the tensor x pipeline group side by side (their GPUs multiply), while KServe starts one group of parallelism.pipeline pods with parallelism.tensor GPUs each: the engine would wait for ranks no pod holds; remove it, and serve more copies of the model as more releases (one group each)" }}
+{{- $ep := "expert parallelism shards a MoE model's experts over data-parallel and tensor ranks, a layout the chart's sizing (tensor within a node, pipeline across nodes) does not plan or request GPUs for; remove it (the chart does not size expert parallelism yet)" }}
+{{- $pcp := "prefill context parallelism multiplies the ranks of the group (tensor x pipeline x prefill context parallel), and KServe gives the group only parallelism.tensor x parallelism.pipeline GPUs; remove it (the chart does not size it yet)" }}
+{{- dict
+  "--data-parallel-size" $dp "-dp" $dp
+  "--data-parallel-size-local" $dp "-dpl" $dp
+  "--data-parallel-rank" $dp "-dpn" $dp
+  "--data-parallel-start-rank" $dp "-dpr" $dp
+  "--data-parallel-address" $dp "-dpa" $dp
+  "--data-parallel-rpc-port" $dp "-dpp" $dp
+  "--data-parallel-backend" $dp "-dpb" $dp
+  "--data-parallel-hybrid-lb" $dp "-dph" $dp
+  "--data-parallel-external-lb" $dp "-dpe" $dp
+  "--data-parallel-multi-port-external-lb" $dp "-dpm" $dp
+  "--enable-expert-parallel" $ep "-ep" $ep
+  "--enable-eplb" (printf "expert load balancing needs expert parallelism: %s" $ep)
+  "--enable-elastic-ep" (printf "elastic expert parallelism grows and shrinks data-parallel ranks: %s" $ep)
+  "--elastic-ep-max-dp-size" (printf "elastic expert parallelism grows and shrinks data-parallel ranks: %s" $ep)
+  "--prefill-context-parallel-size" $pcp "-pcp" $pcp
+  | toJson }}
+{{- end }} {{- /* define "multinode-llm.unsizedVllmFlags" */}}
+
+{{- /* The refusals of vllm.args, as a JSON array of messages: flags the chart or the runtime own
+("multinode-llm.reservedVllmFlags") and flags outside the chart's sizing. vLLM's parser reads
+--master_port as --master-port, and a unique prefix of a flag as the flag (argparse's
+abbreviations: --enable-expert is --enable-expert-parallel), so both are matched. Context: root. */}}
+{{- define "multinode-llm.validateVllmArgs" -}}
+{{- $errors := list }}
+{{- $owned := include "multinode-llm.reservedVllmFlags" . | fromJson }}
+{{- $unsized := include "multinode-llm.unsizedVllmFlags" . | fromJson }}
+{{- range $i, $arg := .Values.vllm.args }}
+{{- $name := first (splitList "=" (toString $arg)) }}
+{{- $long := and (hasPrefix "--" $name) (gt (len $name) 2) }}
+{{- if $long }}
+{{- $name = replace "_" "-" $name }}
+{{- end }}
+{{- /* the flag vLLM reads: this one, else the one it abbreviates */}}
+{{- $flag := "" }}
+{{- $all := merge (deepCopy $owned) $unsized }}
+{{- if hasKey $all $name }}
+{{- $flag = $name }}
+{{- else if $long }}
+{{- range $candidate := keys $all | sortAlpha }}
+{{- if and (not $flag) (hasPrefix $name $candidate) }}
+{{- $flag = $candidate }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (not $flag) (hasPrefix "--data-parallel-" $name) }}
+{{- $flag = "--data-parallel-size" }}
+{{- end }}
+{{- $read := ternary "" (printf " (vLLM reads it as %s)" $flag) (or (eq $name $flag) (hasPrefix "--data-parallel-" $name)) }}
+{{- if hasKey $owned $flag }}
+{{- $errors = append $errors (printf "vllm.args[%d]=%s%s: the chart owns %s; %s" $i $arg $read $flag (get $owned $flag)) }}
+{{- else if $flag }}
+{{- $errors = append $errors (printf "vllm.args[%d]=%s%s is outside the chart's sizing: %s" $i $arg $read (get $unsized $flag)) }}
+{{- end }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.validateVllmArgs" */}}
 
 {{- /* The KServe releases of kserve-releases.yaml whose controller has the multi-node executor
 backend EXECUTOR (controller.executors), oldest first, as a JSON array; only those the chart
@@ -964,19 +1034,7 @@ env over the runtime's by name, so a user variable would replace the chart's */}
 {{- end }}
 {{- /* labels and annotations the chart writes (InferenceService, runtime, monitoring) */}}
 {{- $errors = concat $errors (include "multinode-llm.validateOwnedKeys" . | fromJsonArray) }}
-{{- $reservedFlags := include "multinode-llm.reservedVllmFlags" . | fromJson }}
-{{- range $i, $arg := $v.vllm.args }}
-{{- /* vLLM's parser reads --master_port as --master-port */}}
-{{- $name := first (splitList "=" (toString $arg)) }}
-{{- if hasPrefix "--" $name }}
-{{- $name = replace "_" "-" $name }}
-{{- end }}
-{{- range $flag, $instead := $reservedFlags }}
-{{- if eq $name $flag }}
-{{- $errors = append $errors (printf "vllm.args[%d]=%s: the chart owns %s; %s" $i $arg $flag $instead) }}
-{{- end }}
-{{- end }}
-{{- end }}
+{{- $errors = concat $errors (include "multinode-llm.validateVllmArgs" . | fromJsonArray) }}
 
 {{- /* names KServe derives from the InferenceService name: isvc.<name>-predictor-worker is a label value (63 characters) */}}
 {{- $fullname := include "multinode-llm.fullname" . }}
