@@ -98,7 +98,9 @@ class NodeAgent:
         self.network = network
         self.state_dir = state_dir
         self.workers: dict[str, PodWorker] = {}
-        self.used_ips: set[str] = set()
+        self.addresses: dict[str, str] = {}  # pod IP -> the uid of the pod holding it
+        self.last_address = 0  # allocation goes round the podCIDR, as host-local IPAM does
+        self.finished: set[str] = set()  # uids whose pods this agent has torn down
         self.pod_cidr: ipaddress.IPv4Network | None = None
         self.node_uid = ""
         self.stopping = False
@@ -242,8 +244,13 @@ class NodeAgent:
                     spawn(worker.terminate(0, final_delete=False))
                 continue
             if worker is None:
+                if uid in self.finished:
+                    continue  # torn down already: this is its last update before it goes
                 if pod["status"].get("phase") in ("Succeeded", "Failed"):
                     continue  # finished before this agent started: nothing to run
+                if pod["metadata"].get("deletionTimestamp"):
+                    spawn(self.finish_deletion(pod))  # never started here: nothing to stop
+                    continue
                 worker = PodWorker(self, pod)
                 self.workers[uid] = worker
                 spawn(worker.start())
@@ -263,15 +270,34 @@ class NodeAgent:
                 await asyncio.sleep(0.5)
         return self.pod_cidr
 
-    def allocate_ip(self) -> str:
+    def allocate_ip(self, uid: str) -> str:
+        """A free address of the podCIDR for pod ``uid``: the next after the last one given (an
+        address just released is not handed out again at once, as host-local IPAM does not, so
+        that a peer still talking to the old pod cannot reach the new one by mistake)."""
         if self.pod_cidr is None:
             raise UserError(f"node {self.name} has no podCIDR yet")
-        for host in list(self.pod_cidr.hosts())[1:]:  # .1: a node's gateway, by convention
-            address = str(host)
-            if address not in self.used_ips:
-                self.used_ips.add(address)
+        hosts = list(self.pod_cidr.hosts())[1:]  # .1: a node's gateway, by convention
+        for step in range(1, len(hosts) + 1):
+            index = (self.last_address + step) % len(hosts)
+            address = str(hosts[index])
+            if address not in self.addresses:
+                self.addresses[address] = uid
+                self.last_address = index
                 return address
         raise UserError(f"node {self.name}'s podCIDR {self.pod_cidr} is full")
+
+    def release_ip(self, address: str, uid: str) -> None:
+        if address and self.addresses.get(address) == uid:
+            del self.addresses[address]
+
+    async def finish_deletion(self, pod: Obj) -> None:
+        """The last step of a graceful deletion, a kubelet's: delete the object for good."""
+        meta = pod["metadata"]
+        self.finished.add(meta["uid"])
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        with contextlib.suppress(ApiError, OSError):
+            await self.api.delete(path, body)
 
     def event(self, pod: Obj, reason: str, message: str, warning: bool = False) -> None:
         """An Event about ``pod`` (what `kubectl describe` shows), fire and forget."""
@@ -361,7 +387,8 @@ class PodWorker:
             self.agent.event(self.pod, "Failed", self.failure, warning=True)
             self.changed()
             return
-        if self._stopping:
+        if self._stopping:  # deleted while its sandbox was made: terminate() saw no network
+            await self._remove_network()
             return
         self.plan = plan
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -383,8 +410,7 @@ class PodWorker:
         log.info("%s/%s: containers finished %s", self.namespace, self.name, results)
         self.changed()
         if not self._stopping:
-            await asyncio.to_thread(self.agent.network.detach, self.uid)
-            self.agent.used_ips.discard(self.ip)
+            await self._remove_network()
 
     async def terminate(self, grace: float | None, final_delete: bool = True) -> None:
         """Stop the pod's containers (SIGTERM, then SIGKILL after ``grace``), remove its
@@ -397,22 +423,26 @@ class PodWorker:
             grace = float(self.pod["spec"].get("terminationGracePeriodSeconds", 30))
         runners = [*self.init_runners, *self.runners]
         await asyncio.gather(*(r.stop(float(grace)) for r in runners), return_exceptions=True)
-        await asyncio.to_thread(self.agent.network.detach, self.uid)
-        self.agent.used_ips.discard(self.ip)
+        await self._remove_network()
         if self._status_task is not None:
             self._status_task.cancel()
+        self.agent.finished.add(self.uid)
         if final_delete:
-            path = f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
-            body = {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}
-            with contextlib.suppress(ApiError, OSError):
-                await self.agent.api.delete(path, body)
+            await self.agent.finish_deletion(self.pod)
         self.agent.workers.pop(self.uid, None)
         # Its logs stay (state_dir/pods/...) for whoever debugs a test; its volumes go.
         shutil.rmtree(self.directory / "volumes", ignore_errors=True)
 
+    async def _remove_network(self) -> None:
+        """The pod's namespace and address go (once: a finished Job's pod is deleted later)."""
+        if self.netns:
+            await asyncio.to_thread(self.agent.network.detach, self.uid)
+            self.netns = ""
+        self.agent.release_ip(self.ip, self.uid)
+
     async def _make_sandbox(self) -> None:
         await self.agent.pod_network()
-        self.ip = self.agent.allocate_ip()
+        self.ip = self.agent.allocate_ip(self.uid)
         spec = self.pod["spec"]
         search = (
             []
