@@ -124,7 +124,7 @@ def test_wait_ends_once_the_new_group_serves(
         tries.append(seconds)
         group.spec = SPEC
 
-    assert await_group.wait(url, "served", SPEC, timeout=60, interval=2, sleep=roll_out) == 0
+    assert await_group.wait([url], "served", SPEC, timeout=60, interval=2, sleep=roll_out) == 0
     assert tries == [2]
     out = capsys.readouterr().out
     assert "waiting: the head at" in out
@@ -136,8 +136,22 @@ def test_wait_fails_past_its_deadline_naming_why(
 ) -> None:
     url, group = served
     group.models = ["other"]
-    assert await_group.wait(url, "served", SPEC, timeout=0.01, interval=0.01) == 1
+    assert await_group.wait([url], "served", SPEC, timeout=0.01, interval=0.01) == 1
     assert "did not serve within 0 s: /v1/models lists ['other']" in capsys.readouterr().err
+
+
+def test_the_first_url_that_answers_is_the_one_asked(served: tuple[str, Group]) -> None:
+    """A headless predictor Service (KServe's serviceClusterIPNone) answers on the container
+    port only: port 80 refuses, and the next URL is asked in the same try."""
+    url, group = served
+    asked, reason = await_group.check_any(["http://127.0.0.1:9", url], "served", SPEC)
+    assert (asked, reason) == (url, "")
+    group.models = []
+    asked, reason = await_group.check_any([url, "http://127.0.0.1:9"], "served", SPEC)
+    assert asked == url
+    assert "/v1/models lists []" in reason  # an answering group's reason, not the next URL's
+    asked, reason = await_group.check_any(["http://127.0.0.1:9"], "served", SPEC)
+    assert "nothing answers there" in reason
 
 
 def test_the_command_line_runs_it_and_refuses_bad_durations(
@@ -145,5 +159,7 @@ def test_the_command_line_runs_it_and_refuses_bad_durations(
 ) -> None:
     url, _ = served
     assert main(["await-group", url + "/", "--model", "served", "--group-spec", SPEC]) == 0
+    both = ["await-group", "http://127.0.0.1:9", url, "--model", "served", "--group-spec", SPEC]
+    assert main(both) == 0
     assert main(["await-group", url, "--model", "m", "--group-spec", SPEC, "--timeout", "0"]) != 0
     assert "--timeout and --interval must be positive" in capsys.readouterr().err

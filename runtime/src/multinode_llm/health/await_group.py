@@ -1,4 +1,5 @@
-"""``multinode-llm await-group URL --model NAME --group-spec HASH``: until the new group serves.
+"""``multinode-llm await-group URL [URL ...] --model NAME --group-spec HASH``: until the new group
+serves.
 
 The one readiness signal that holds on every KServe release (KServe 0.16 to 0.19 never report a
 multi-node InferenceService Ready, and its ``status.observedGeneration`` is the head Deployment's):
@@ -13,6 +14,11 @@ Through the InferenceService's Service, as a client would, it waits until
 2. ``/v1/models`` lists the served name, and
 3. one completion returns a token (the whole pipeline computes).
 
+Each try asks the URLs in order and takes the first that accepts a connection: the chart passes
+the predictor Service's port 80, then its container port 8080, because a cluster whose KServe has
+``serviceClusterIPNone`` makes that Service headless (reconcilers/service/service_reconciler.go),
+and its name then resolves to the head pod, which listens on 8080 only.
+
 Standard library only: it runs in the slim cache image.
 """
 
@@ -24,15 +30,22 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from multinode_llm.errors import UserError
 
 REQUEST_TIMEOUT_S = 30.0
+UNREACHABLE = ": nothing answers there"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", help="the group's HTTP base URL (the InferenceService's Service)")
+    parser.add_argument(
+        "urls",
+        nargs="+",
+        metavar="URL",
+        help="the group's HTTP base URLs (the InferenceService's Service), tried in order: the "
+        "first that accepts a connection answers",
+    )
     parser.add_argument("--model", required=True, help="the served model name")
     parser.add_argument(
         "--group-spec", required=True, help="the spec hash the new group runs (from the chart)"
@@ -48,11 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.interval <= 0:
         raise UserError("--timeout and --interval must be positive numbers of seconds")
-    return wait(args.url.rstrip("/"), args.model, args.group_spec, args.timeout, args.interval)
+    urls = [url.rstrip("/") for url in args.urls]
+    return wait(urls, args.model, args.group_spec, args.timeout, args.interval)
 
 
 def wait(
-    url: str,
+    urls: Sequence[str],
     model: str,
     spec: str,
     timeout: float,
@@ -62,7 +76,7 @@ def wait(
     deadline = time.monotonic() + timeout
     last = ""
     while True:
-        reason = check(url, model, spec)
+        url, reason = check_any(urls, model, spec)
         if not reason:
             print(f"the group runs spec {spec} and serves {model!r} at {url}", flush=True)
             return 0
@@ -73,6 +87,17 @@ def wait(
             print(f"the new group did not serve within {timeout:.0f} s: {reason}", file=sys.stderr)
             return 1
         sleep(interval)
+
+
+def check_any(urls: Sequence[str], model: str, spec: str) -> tuple[str, str]:
+    """(the URL asked, why the group does not serve there yet or ""): the first URL that accepts
+    a connection, else the last one's reason."""
+    reason = ""
+    for url in urls:
+        reason = check(url, model, spec)
+        if not reason.endswith(UNREACHABLE):
+            return url, reason
+    return urls[-1], reason
 
 
 def check(url: str, model: str, spec: str) -> str:
@@ -95,7 +120,9 @@ def check(url: str, model: str, spec: str) -> str:
             return f"a completion returned no token: {str(reply)[:200]}"
     except urllib.error.HTTPError as error:
         return f"{error.url} answered {error.code}"
-    except (OSError, ValueError) as error:  # refused, timed out, not JSON: not serving yet
+    except OSError as error:  # refused, unresolved, timed out: nothing answers there (yet)
+        return f"{url} does not serve yet ({error}){UNREACHABLE}"
+    except ValueError as error:  # not JSON: something answers, not the group yet
         return f"{url} does not serve yet ({error})"
     return ""
 
