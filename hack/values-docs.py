@@ -251,9 +251,21 @@ LINT_SAMPLE = "\n".join(
 )
 
 
-def readme(chart: dict[str, Any], table: list[Row]) -> str:
+def images_table(table: dict[str, Any], app_version: str) -> str:
+    """The serving image of each vendor of accelerators.yaml, or that none is built."""
+    lines = [
+        "| accelerator | `gpu.resourceName` | serving image | built on |",
+        "|---|---|---|---|",
+    ]
+    for name, entry in table["accelerators"].items():
+        image = f"`{entry['image']}:{app_version}`" if entry.get("image") else "none built"
+        lines.append(f"| {name} | `{entry['resourceName']}` | {image} | {entry['baseImage']} |")
+    return "\n".join(lines)
+
+
+def readme(chart: dict[str, Any], table: list[Row], accelerators: dict[str, Any]) -> str:
     """The chart's README.md, the page `helm show readme` and chart hubs show."""
-    name, version = chart["name"], chart["version"]
+    name, version, app = chart["name"], chart["version"], chart["appVersion"]
     kserve = chart.get("annotations", {}).get("multinode-llm/kserve-min-version", "")
     sources = "\n".join(f"- <{url}>" for url in chart.get("sources", []))
     return f"""# {name}
@@ -281,6 +293,20 @@ helm test qwen --namespace llm
 
 Settings KServe would reject are refused at install time with a message naming the value and the
 fix. The repository's README and docs/ cover the model cache, monitoring, placement and upgrades.
+
+## Images
+
+One serving image per accelerator: `image.repository`, when empty, is the image the chart's
+`accelerators.yaml` lists for the vendor of `gpu.resourceName`. Images built and published with
+this chart (`hack/build-images.sh`, `hack/publish.sh`):
+
+{images_table(accelerators, app)}
+
+A vendor without an image is refused until `image.repository` names one, built from the
+repository's Dockerfile on the vendor's vLLM image (its header shows how). The small cache image,
+`ghcr.io/multinode-llm/multinode-llm-cache:{app}`, runs the download and readiness Jobs and the
+model cache; `ghcr.io/multinode-llm/multinode-llm:{app}-cpu` is a CPU serving image for kind tests
+(no GPU, a fake one).
 
 ## Chart CI
 
@@ -345,7 +371,8 @@ def generate() -> tuple[list[Doc], str, str]:
         raise DocsError("\n".join(errors))
     new_schema = json.dumps(described(schema, {d.key: d for d in docs}), indent=2) + "\n"
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    return docs, new_schema, readme(chart, rows(docs, values))
+    table = yaml.safe_load((CHART / "accelerators.yaml").read_text())
+    return docs, new_schema, readme(chart, rows(docs, values), table)
 
 
 def schema_drift(docs: list[Doc]) -> list[str]:

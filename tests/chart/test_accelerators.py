@@ -17,6 +17,7 @@ from multinode_llm_testing.chartlib import (
     CHART,
     NAMESPACE,
     RELEASE,
+    ROOT,
     Render,
     accelerators,
     run_with_values,
@@ -24,6 +25,7 @@ from multinode_llm_testing.chartlib import (
 )
 
 TABLE = accelerators()
+CHART_YAML = yaml.safe_load((CHART / "Chart.yaml").read_text())
 MODEL = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}}
 # What a maintainer adds for a vendor the chart has never heard of: one entry, nothing else.
 FAKE_ENTRY: dict[str, Any] = {
@@ -36,6 +38,7 @@ FAKE_ENTRY: dict[str, Any] = {
         "ibDisable": None,
         "ibHca": None,
     },
+    "image": "example.com/multinode-llm-npu",
     "baseImage": "example.com/vllm-npu",
 }
 
@@ -77,12 +80,22 @@ def runtime_view(env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return command, derived
 
 
+# A serving image a user built for a vendor the project builds none for (the Dockerfile's header).
+OWN_IMAGE = "registry.example/multinode-llm-vendor"
+
+
+def serving_image(entry: dict[str, Any]) -> dict[str, Any]:
+    """The image values a vendor needs: none where the table lists its image, else one's own."""
+    return {} if entry.get("image") else {"image": {"repository": OWN_IMAGE}}
+
+
 @pytest.mark.parametrize("vendor", sorted(TABLE["accelerators"]))
 def test_each_vendor_of_the_table_reaches_the_pods_and_the_runtime(major: str, vendor: str) -> None:
     entry = TABLE["accelerators"][vendor]
-    values = {**MODEL, "gpu": {"resourceName": entry["resourceName"]}}
+    values = {**MODEL, "gpu": {"resourceName": entry["resourceName"]}, **serving_image(entry)}
     values["communication"] = {"socketIfname": "eth1"}
     for container in group_containers(template(major, values=values)):
+        assert container["image"].rsplit(":", 1)[0] == (entry.get("image") or OWN_IMAGE)
         assert container["resources"]["limits"][entry["resourceName"]] == "1"
         env = plain_env(container)
         assert env["MULTINODE_LLM_RAY_RESOURCE"] == entry["rayResource"]
@@ -107,6 +120,56 @@ def test_a_resource_name_of_a_known_domain_takes_that_vendors_entry(major: str) 
         assert env["MULTINODE_LLM_RAY_RESOURCE"] == "GPU"
 
 
+@pytest.mark.parametrize(
+    "vendor", sorted(v for v, entry in TABLE["accelerators"].items() if not entry.get("image"))
+)
+def test_a_vendor_no_image_is_built_for_is_refused_until_image_repository_names_one(
+    major: str, vendor: str
+) -> None:
+    entry = TABLE["accelerators"][vendor]
+    values = {**MODEL, "gpu": {"resourceName": entry["resourceName"]}}
+    render = template(major, values=values)
+    assert render.returncode != 0
+    refusal = f"gpu.resourceName={entry['resourceName']}: no serving image is built for its vendor"
+    assert f"{refusal}, {vendor}" in render.stderr
+    assert f"build the Dockerfile's serving target on {entry['baseImage']}" in render.stderr
+    assert "set image.repository to it" in render.stderr
+    assert "1 value(s) to fix" in render.stderr
+
+
+def test_the_default_image_follows_the_table_for_its_vendor(major: str) -> None:
+    [(vendor, entry)] = [(v, e) for v, e in TABLE["accelerators"].items() if e.get("image")]
+    mig = f"{entry['resourceName'].split('/')[0]}/mig-1g.10gb"  # the same vendor by its domain
+    for resource, custom in ((entry["resourceName"], []), (mig, [mig])):
+        values = {**MODEL, "gpu": {"resourceName": resource, "customResourceTypes": custom}}
+        for container in group_containers(template(major, values=values)):
+            assert container["image"] == f"{entry['image']}:{CHART_YAML['appVersion']}", vendor
+
+
+def test_a_resource_no_entry_claims_needs_image_repository(major: str) -> None:
+    resource = "example.org/accel"
+    values = {**MODEL, "gpu": {"resourceName": resource, "customResourceTypes": [resource]}}
+    render = template(major, values=values)
+    assert render.returncode != 0
+    assert f"gpu.resourceName={resource}: no entry of the chart's accelerators.yaml claims it" in (
+        render.stderr
+    )
+    values["image"] = {"repository": OWN_IMAGE}
+    for container in group_containers(template(major, values=values)):
+        assert container["image"].startswith(f"{OWN_IMAGE}:")
+
+
+def test_the_dockerfile_says_how_to_build_each_vendor_s_image_the_project_does_not() -> None:
+    header = "\n".join(
+        line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("#")
+    )
+    for vendor, entry in TABLE["accelerators"].items():
+        if not entry.get("image"):
+            assert entry["resourceName"] in header, vendor
+            assert entry["baseImage"].split(" (")[0] in header, vendor
+    assert "--set image.repository=" in header
+
+
 def test_a_value_whose_variable_the_vendor_lacks_is_refused_naming_it(major: str) -> None:
     values = {**MODEL, "gpu": {"resourceName": "habana.ai/gaudi"}}
     values["communication"] = {"ncclDebug": "INFO"}
@@ -117,7 +180,11 @@ def test_a_value_whose_variable_the_vendor_lacks_is_refused_naming_it(major: str
 
 
 def test_the_vendors_own_variables_are_reserved_in_head_env(major: str) -> None:
-    values = {**MODEL, "gpu": {"resourceName": "habana.ai/gaudi"}}
+    values = {
+        **MODEL,
+        "gpu": {"resourceName": "habana.ai/gaudi"},
+        "image": {"repository": OWN_IMAGE},
+    }
     values["head"] = {"env": [{"name": "HCCL_SOCKET_IFNAME", "value": "eth0"}]}
     render = template(major, values=values)
     assert render.returncode != 0
@@ -145,6 +212,7 @@ def test_adding_a_vendor_is_one_entry_that_flows_through_chart_and_runtime(
     isvc = render.one("InferenceService")
     assert resource in isvc["metadata"]["annotations"]["serving.kserve.io/gpu-resource-types"]
     for container in group_containers(render):
+        assert container["image"].startswith(f"{FAKE_ENTRY['image']}:")
         assert container["resources"]["limits"][resource] == "1"
         env = plain_env(container)
         assert env["XCCL_DEBUG"] == "TRACE"

@@ -791,6 +791,7 @@ def test_every_value_to_fix_is_reported_at_once(major: str) -> None:
     bad = {
         "model": {"uri": "hf://Qwen"},
         "gpu": {"resourceName": "example.com/gpu"},
+        "image": {"repository": "registry.example.com/multinode-llm-accel"},  # for that GPU
         "head": {"env": [{"name": "TENSOR_PARALLEL_SIZE", "value": "1"}]},
     }
     render = template(major, values=deep_merge(GOOD, bad))

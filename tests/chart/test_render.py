@@ -37,6 +37,8 @@ def chart_values(path: Path) -> dict[str, Any]:
         "release": kserve_release(str(given.get("kserve", {}).get("version", ""))),
         "scope": given.get("runtime", {}).get("scope", "Namespace"),
         "mp": given.get("group", {}).get("executor") == "mp",
+        # the scenario's own serving image, else NVIDIA's (accelerators.yaml)
+        "image": given.get("image", {}).get("repository") or "ghcr.io/multinode-llm/multinode-llm",
     }
 
 
@@ -109,7 +111,7 @@ def test_the_runtime_runs_the_supervisor_and_the_isvc_carries_the_model_args(
         ["worker"],
     )
     for container in (head, worker):
-        assert container["image"].startswith("ghcr.io/multinode-llm/multinode-llm")
+        assert container["image"].startswith(f"{want['image']}:")
         assert {
             p: container[f"{p}Probe"]["httpGet"] for p in ("startup", "readiness", "liveness")
         } == {

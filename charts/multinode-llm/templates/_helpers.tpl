@@ -61,9 +61,26 @@ a digest pins it. Context: dict "image" <image values> "root" $. */}}
 {{- end }}
 {{- end }}
 
-{{- /* Runtime image reference. Context: root. */}}
+{{- /* Runtime image reference: image.repository, else the serving image accelerators.yaml lists
+for the vendor of gpu.resourceName ("multinode-llm.validate" refuses a vendor with none). Context:
+root. */}}
 {{- define "multinode-llm.image" -}}
-{{- include "multinode-llm.imageRef" (dict "image" .Values.image "root" .) }}
+{{- $image := deepCopy .Values.image }}
+{{- $_ := set $image "repository" (include "multinode-llm.imageRepository" .) }}
+{{- include "multinode-llm.imageRef" (dict "image" $image "root" .) }}
+{{- end }}
+
+{{- /* The serving image's repository: image.repository, else the image of the accelerators.yaml
+entry that claims gpu.resourceName by its name or domain; empty where there is none (a vendor no
+image is built for, or a resource no entry claims: the CUDA image of the default entry would not
+drive it). Context: root. */}}
+{{- define "multinode-llm.imageRepository" -}}
+{{- $accelerator := include "multinode-llm.accelerator" . | fromJson }}
+{{- if .Values.image.repository }}
+{{- .Values.image.repository }}
+{{- else if ne $accelerator.matched "default" }}
+{{- $accelerator.image | default "" }}
+{{- end }}
 {{- end }}
 
 {{- /* KServe's storage initializer image (the ClusterStorageContainer): v + the KServe release
@@ -264,8 +281,9 @@ tag from v0.15.0 to v0.20.0; GetGPUResourceQtyByType, pkg/utils/utils.go, counts
 nvidia.com/gpu amd.com/gpu intel.com/gpu habana.ai/gaudi
 {{- end }}
 
-{{- /* The accelerators.yaml entry of gpu.resourceName, as JSON with its key as `name`: the entry of
-that resource name, else the first (by key) of the same domain, else the table's default. Context: root. */}}
+{{- /* The accelerators.yaml entry of gpu.resourceName, as JSON with its key as `name` and how it
+was found as `matched` (name, domain, default): the entry of that resource name, else the first (by
+key) of the same domain, else the table's default. Context: root. */}}
 {{- define "multinode-llm.accelerator" -}}
 {{- $table := .Files.Get "accelerators.yaml" | fromYaml }}
 {{- $resource := .Values.gpu.resourceName }}
@@ -282,6 +300,7 @@ that resource name, else the first (by key) of the same domain, else the table's
 {{- $key := $exact | default $sameDomain | default $table.default }}
 {{- $chosen := deepCopy (index $table.accelerators $key) }}
 {{- $_ := set $chosen "name" $key }}
+{{- $_ = set $chosen "matched" (ternary "name" (ternary "domain" "default" (ne $sameDomain "")) (ne $exact "")) }}
 {{- toJson $chosen }}
 {{- end }} {{- /* define "multinode-llm.accelerator" */}}
 
@@ -984,6 +1003,14 @@ do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. 
 {{- range $needs }}
 {{- if and (index . 1) (not (index $collective (index . 2))) }}
 {{- $errors = append $errors (printf "%s with gpu.resourceName=%s: %s (accelerator %s in the chart's accelerators.yaml) has no %s variable the chart knows; unset %s, or set the library's own variable in head.env and worker.env" (index . 0) $gpu $collective.library $accelerator.name (index . 2) (index . 0)) }}
+{{- end }}
+{{- end }}
+{{- /* one serving image per accelerator: vLLM's CUDA build drives no other vendor's GPUs */}}
+{{- if not (include "multinode-llm.imageRepository" .) }}
+{{- if eq $accelerator.matched "default" }}
+{{- $errors = append $errors (printf "gpu.resourceName=%s: no entry of the chart's accelerators.yaml claims it (by its name or its domain), so no serving image is known to drive it; set image.repository to a serving image built for it (the Dockerfile's header shows how), or add its vendor to accelerators.yaml" $gpu) }}
+{{- else }}
+{{- $errors = append $errors (printf "gpu.resourceName=%s: no serving image is built for its vendor, %s (accelerators.yaml: image null), and the default one, vLLM's CUDA build, cannot drive these GPUs; build the Dockerfile's serving target on %s (its header shows how) and set image.repository to it" $gpu $accelerator.name $accelerator.baseImage) }}
 {{- end }}
 {{- end }}
 {{- range $role := list "head" "worker" }}
