@@ -16,6 +16,7 @@ types) that has no comment, is an error naming the key. tests/chart/test_docs.py
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
@@ -251,6 +252,22 @@ LINT_SAMPLE = "\n".join(
 )
 
 
+def gated_sample(name: str, version: str) -> str:
+    """The gated model section's commands; tests/chart/test_docs.py renders them and checks that
+    the download Job mounts the Secret they create."""
+    return "\n".join(
+        [
+            'kubectl -n llm create secret generic hf-token --from-literal=token="$HF_TOKEN"',
+            f"helm install llama oci://ghcr.io/multinode-llm/charts/{name} --version {version} \\",
+            "  --namespace llm \\",
+            "  --set model.uri=hf://meta-llama/Llama-3.1-70B-Instruct \\",
+            "  --set model.hfTokenSecret.name=hf-token \\",
+            "  --set parallelism.tensor=8 --set parallelism.pipeline=2 \\",
+            "  --set model.storage.size=300Gi",
+        ]
+    )
+
+
 def images_table(table: dict[str, Any], app_version: str) -> str:
     """The serving image of each vendor of accelerators.yaml, or that none is built."""
     lines = [
@@ -263,10 +280,23 @@ def images_table(table: dict[str, Any], app_version: str) -> str:
     return "\n".join(lines)
 
 
+def kserve_support() -> str:
+    """hack/kserve-releases.py's sentence of the supported KServe releases (its name has a dash:
+    loaded by path)."""
+    spec = importlib.util.spec_from_file_location(
+        "kserve_releases", Path(__file__).with_name("kserve-releases.py")
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text: str = module.support(yaml.safe_load((CHART / "kserve-releases.yaml").read_text()))
+    return text
+
+
 def readme(chart: dict[str, Any], table: list[Row], accelerators: dict[str, Any]) -> str:
     """The chart's README.md, the page `helm show readme` and chart hubs show."""
     name, version, app = chart["name"], chart["version"], chart["appVersion"]
-    kserve = chart.get("annotations", {}).get("multinode-llm/kserve-min-version", "")
     sources = "\n".join(f"- <{url}>" for url in chart.get("sources", []))
     return f"""# {name}
 
@@ -278,9 +308,8 @@ Version: `{version}` · Type: `{chart["type"]}` · AppVersion: `{chart["appVersi
 
 ## Installing
 
-Needs Kubernetes `{chart.get("kubeVersion", "")}`, KServe {kserve} or later (set `kserve.version`
-to the release the cluster runs), GPU nodes and, for `hf://` models, a StorageClass that offers
-ReadWriteMany.
+Needs Kubernetes `{chart.get("kubeVersion", "")}`, KServe, GPU nodes and, for `hf://` models, a
+StorageClass that offers ReadWriteMany. {kserve_support()}
 
 ```console
 helm install qwen oci://ghcr.io/multinode-llm/charts/{name} --version {version} \\
@@ -293,6 +322,20 @@ helm test qwen --namespace llm
 
 Settings KServe would reject are refused at install time with a message naming the value and the
 fix. The repository's README and docs/ cover the model cache, monitoring, placement and upgrades.
+
+## Gated or private models
+
+A gated model (Llama, Gemma, ...) is staged with a Hugging Face token that may read it, kept in a
+Secret of the release's namespace: the download Job mounts it as a file (`HF_TOKEN_PATH`), never as
+an environment value, and the token never goes in values. Create the Secret, then name it:
+
+```console
+{gated_sample(name, version)}
+```
+
+`model.hfTokenSecret.key` names the Secret's key if it is not `token`. A revision staged once needs
+no token again. Through the model cache the Job sends its token to the cache, which forwards it to
+the Hub for each file and keeps no copy.
 
 ## Images
 

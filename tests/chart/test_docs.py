@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -175,3 +176,80 @@ def test_the_readme_shows_what_helm_lint_prints_on_a_refused_value(helm4: str) -
         if line != "  ...":
             assert line in printed, proc.stdout + proc.stderr
     assert str(proc.returncode) == code
+
+
+def kserve_releases_script() -> ModuleType:
+    return hack_script("kserve-releases")
+
+
+def generated_blocks_removed(text: str) -> str:
+    """``text`` without the generated sentence of supported releases (it may state the range)."""
+    module = kserve_releases_script()
+    while module.SUPPORT_START in text:
+        head, rest = text.split(module.SUPPORT_START, 1)
+        text = head + rest.split(module.SUPPORT_END, 1)[1]
+    return text
+
+
+def test_every_doc_that_says_which_kserve_to_run_takes_the_releases_from_the_table() -> None:
+    module = kserve_releases_script()
+    sentence = module.support(yaml.safe_load((CHART / "kserve-releases.yaml").read_text()))
+    for doc in [*module.SUPPORT_DOCS, CHART / "README.md"]:
+        assert sentence in doc.read_text(), f"{doc}: run python3 hack/kserve-releases.py"
+
+
+def test_no_doc_states_the_supported_range_by_hand() -> None:
+    """A range written by hand ("KServe 0.15.0 or later", "0.15.0 to 0.19.0") drifts from the
+    table: 0.20.0 was refused while the chart README still said "or later"."""
+    table = yaml.safe_load((CHART / "kserve-releases.yaml").read_text())
+    supported = [v for v, e in table["releases"].items() if e["status"] == "supported"]
+    oldest = supported[0]
+    hand = re.compile(
+        rf"{re.escape(oldest)}\+|{re.escape(oldest)} (or|and) later|"
+        rf"{re.escape(oldest)} (to|through) {re.escape(supported[-1])}"
+    )
+    docs = [ROOT / "README.md", ROOT / "DEVELOPERS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    docs += [CHART / "README.md", CHART / "values.yaml"]
+    for doc in docs:
+        found = hand.search(generated_blocks_removed(doc.read_text()))
+        assert found is None, f"{doc.relative_to(ROOT)} says {found.group()!r} by hand"
+
+
+def test_chart_yaml_names_the_oldest_supported_release() -> None:
+    table = yaml.safe_load((CHART / "kserve-releases.yaml").read_text())
+    supported = [v for v, e in table["releases"].items() if e["status"] == "supported"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["annotations"]["multinode-llm/kserve-min-version"] == supported[0]
+
+
+def test_the_gated_model_section_creates_the_secret_the_download_job_mounts(helm4: str) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    sample = values_docs().gated_sample(chart["name"], chart["version"])
+    assert sample in (CHART / "README.md").read_text()
+    create, install = sample.split("\n", 1)
+    secret = re.fullmatch(
+        r"kubectl -n (\S+) create secret generic (\S+) --from-literal=(\w+)=.*", create
+    )
+    assert secret is not None, create
+    namespace, name, key = secret.groups()
+    args = shlex.split(install.replace("\\\n", " "))
+    assert args[args.index("--namespace") + 1] == namespace
+    sets = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
+    render = run_helm(
+        helm4,
+        "template",
+        "llama",
+        str(CHART),
+        "-n",
+        namespace,
+        *(arg for s in sets for arg in ("--set", s)),
+    )
+    [job] = [
+        d for d in render.documents() if d["kind"] == "Job" and "download" in d["metadata"]["name"]
+    ]
+    pod = job["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == name
+    assert [item["key"] for item in volume["secret"]["items"]] == [key]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["HF_TOKEN_PATH"] == "/var/run/secrets/huggingface/token"
