@@ -99,7 +99,9 @@ class Cluster:
         ordered = [o for o in objects if o.get("kind") in RUNTIME_KINDS]
         ordered += [o for o in objects if o.get("kind") == "InferenceService"]
         for obj in ordered:
-            self._admit(copy.deepcopy(obj), (release, namespace), namespace)
+            self._admit(
+                with_helm_ownership(obj, release, namespace), (release, namespace), namespace
+            )
 
     def uninstall(self, release: str, namespace: str) -> None:
         """``helm uninstall``: the release's objects go, and with each InferenceService the
@@ -253,8 +255,10 @@ def reconcile(
     namespace: str = "default",
     generation: int = 1,
     release: Release | None = None,
+    helm_release: str = "release",
 ) -> Reconciled:
-    """The one multi-node InferenceService among ``objects``, admitted and reconciled."""
+    """The one multi-node InferenceService among ``objects``, admitted and reconciled, as Helm
+    release ``helm_release`` applied them."""
     isvcs = find(objects, "InferenceService")
     if len(isvcs) != 1:
         raise UserError(
@@ -262,11 +266,26 @@ def reconcile(
             "exactly one per release: check the values (is the chart's InferenceService enabled?)"
         )
     cluster = Cluster(release or releases.default())
-    cluster.apply(objects, "release", namespace)
+    cluster.apply(objects, helm_release, namespace)
     stored = next(s for k, s in cluster.objects.items() if k[0] == "InferenceService")
     stored.generation = generation
     [result] = cluster.reconcile()
     return result
+
+
+def with_helm_ownership(obj: Obj, release: str, namespace: str) -> Obj:
+    """A copy of ``obj`` as Helm sends it: its ownership annotations and managed-by label added
+    (helm's action/validate.go setMetadataVisitor, Helm 3 and 4). KServe copies an
+    InferenceService's annotations into both pod templates, so they reach the pods too."""
+    copied = copy.deepcopy(obj)
+    metadata = copied.setdefault("metadata", {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), "app.kubernetes.io/managed-by": "Helm"}
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        "meta.helm.sh/release-name": release,
+        "meta.helm.sh/release-namespace": namespace,
+    }
+    return copied
 
 
 def _key(obj: Obj, namespace: str) -> tuple[str, str, str]:

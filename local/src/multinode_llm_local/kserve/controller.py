@@ -55,6 +55,10 @@ ROLE_LABEL = "multinode/role"
 EXECUTOR_ANNOTATION = "multinode/executor-backend"
 PROGRESS_DEADLINE_S = 600  # setDefaultDeploymentSpec, every release
 SOURCE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
+AGGREGATION_ANNOTATION = "serving.kserve.io/enable-metric-aggregation"
+SCRAPING_ANNOTATION = "serving.kserve.io/enable-prometheus-scraping"
+METRICS_AGGREGATOR_DEFAULTS = {AGGREGATION_ANNOTATION: "false", SCRAPING_ANNOTATION: "false"}
+QUEUE_PROXY_PROMETHEUS_PORT = "9091"
 # constants.ServiceAnnotationDisallowedList (pkg/constants/constants.go): what the predictor
 # drops from runtime, ISVC and predictor annotations; "modelFormat" from v0.17.0.
 DISALLOWED_ANNOTATIONS = frozenset(
@@ -194,6 +198,8 @@ def reconcile(release: Release, isvc: Obj, runtime: Obj, generation: int = 1) ->
     for spec in (head_spec, worker_spec):
         mount_pvc(spec, storage_uri, read_only)
         set_default_pod_spec(spec)
+    for pod_annotations in (head_annotations, worker_annotations):
+        inject_metrics_annotations(pod_annotations)
     head_types = _reconciler_gpu_types(release, annotations, head_annotations)
     worker_types = _reconciler_gpu_types(release, annotations, worker_annotations)
     _set_gpu_resources(head_spec, HEAD_CONTAINER, head_gpus, head_types)
@@ -310,6 +316,20 @@ def mount_pvc(pod_spec: Obj, storage_uri: str, read_only: bool) -> None:
     volumes = pod_spec.setdefault("volumes", [])
     if not any(v.get("name") == PVC_VOLUME for v in volumes):
         volumes.append({"name": PVC_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+
+
+def inject_metrics_annotations(annotations: dict[str, str]) -> None:
+    """The pod mutator's metrics aggregator, every release
+    (``webhook/admission/pod/metrics_aggregate_injector.go``): each pod gets
+    ``enable-metric-aggregation`` and ``enable-prometheus-scraping`` from the ``metricsAggregator``
+    configuration unless it carries them; with scraping "true" also ``prometheus.io/port: "9091"``
+    (queue-proxy's, which a raw pod does not run). KServe's install configures both "false"
+    (charts/kserve-resources/values.yaml at each tag)."""
+    for key, value in METRICS_AGGREGATOR_DEFAULTS.items():
+        annotations.setdefault(key, value)
+    if annotations[SCRAPING_ANNOTATION] == "true":
+        annotations["prometheus.io/port"] = QUEUE_PROXY_PROMETHEUS_PORT
+        annotations["prometheus.io/path"] = "/metrics"
 
 
 def set_default_pod_spec(pod_spec: Obj) -> None:
