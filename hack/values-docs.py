@@ -347,9 +347,9 @@ this chart (`hack/build-images.sh`, `hack/publish.sh`):
 
 A vendor without an image is refused until `image.repository` names one, built from the
 repository's Dockerfile on the vendor's vLLM image (its header shows how). The small cache image,
-`ghcr.io/multinode-llm/multinode-llm-cache:{app}`, runs the download and readiness Jobs and the
-model cache; `ghcr.io/multinode-llm/multinode-llm:{app}-cpu` is a CPU serving image for kind tests
-(no GPU, a fake one).
+`ghcr.io/multinode-llm/multinode-llm-cache:{app}`, runs the download and readiness Jobs, the
+`helm test` pod and the model cache; `ghcr.io/multinode-llm/multinode-llm:{app}-cpu` is a CPU
+serving image for kind tests (no GPU, a fake one).
 
 ## Chart CI
 

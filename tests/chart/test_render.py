@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +283,83 @@ def test_the_notes_say_how_to_see_whether_the_model_fits_its_volume(helm4: str) 
     assert "naming the model.storage.size that holds it" in notes
     size = "jsonpath='{.status.capacity.storage}'"
     assert f"kubectl -n serving get pvc llm-multinode-llm-model -o {size}" in notes
+
+
+def test_helm_test_runs_the_small_cache_image_scheduled_as_the_head(major: str) -> None:
+    """The serving image is several GB (vLLM, CUDA): helm test's short script runs on the cache
+    image the Jobs run, wherever the head may run (a tainted GPU node, say)."""
+    placement = {
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
+                    ]
+                }
+            }
+        },
+    }
+    values = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "head": placement}
+    render = template(major, values=values)
+    [pod] = render.of_kind("Pod")
+    [chat] = pod["spec"]["containers"]
+    job = render.one("Job", "model-download")
+    [stage] = job["spec"]["template"]["spec"]["containers"]
+    assert chat["image"] == stage["image"]
+    assert chat["image"].startswith("ghcr.io/multinode-llm/multinode-llm-cache:")
+    assert chat["imagePullPolicy"] == stage["imagePullPolicy"]
+    for field in ("nodeSelector", "tolerations", "affinity"):
+        assert pod["spec"][field] == placement[field], field
+    head = render.one("InferenceService")["spec"]["predictor"]
+    assert {f: head[f] for f in placement} == placement
+
+
+class FakeOpenAI(http.server.BaseHTTPRequestHandler):
+    """The two routes the helm test script calls, as vLLM's OpenAI server answers them."""
+
+    def do_GET(self) -> None:
+        self.answer({"data": [{"id": "llm"}]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        choice = {"message": {"role": "assistant", "content": "Hello there, friend, hi!"}}
+        self.answer({"choices": [choice], "usage": {"completion_tokens": 6}})
+
+    def answer(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+
+def test_the_helm_test_script_needs_nothing_but_python_s_standard_library(helm4: str) -> None:
+    """So the cache image (or any Python) runs it: it is run here with site-packages off (-S),
+    against a stand-in of vLLM's two routes, with the pod's env."""
+    render = template(helm4, values={"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}})
+    [chat] = render.one("Pod")["spec"]["containers"]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {e["name"]: e["value"] for e in chat["env"]}
+        env["BASE_URL"] = f"http://127.0.0.1:{server.server_port}"
+        assert chat["command"] == ["python3", "-c"]
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", *chat["args"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert "llm answered: 'Hello there, friend, hi!'" in proc.stdout
