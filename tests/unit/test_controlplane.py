@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 
 import pytest
 from multinode_llm.errors import UserError
-from multinode_llm_local.controlplane import build, kserve, runtime
+from multinode_llm_local.controlplane import build, kserve, node, runtime
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.kserve import releases
 from multinode_llm_local.pods import PodIdentity, plan_pod
@@ -78,7 +80,7 @@ def test_a_release_the_proxy_refused_is_refused_with_the_proxy_answer() -> None:
         pytest.skip("the proxy served every release")
     version = sorted(refused)[0]
     with pytest.raises(
-        UserError, match=f"github.com/kserve/kserve@v{version}.*releases built here"
+        UserError, match=rf"github\.com/kserve/kserve@v{re.escape(version)}.*releases built here"
     ):
         kserve.resolve(version)
 
@@ -170,3 +172,35 @@ def test_a_projected_service_account_volume_holds_token_ca_and_namespace(tmp_pat
     assert (folder / "token").read_text() == "the-token"
     assert (folder / "ca.crt").read_text() == "CA"
     assert (folder / "namespace").read_text() == "llm"
+
+
+def _agent() -> node.NodeAgent:
+    info = {"cpus_per_node": 8, "memory_per_node": "32Gi", "gpus_per_node": 2,
+            "kubernetes": "v1.37.2"}  # fmt: skip
+    agent = node.NodeAgent(api=None, name="node-0", info=info, network=ClusterNetwork(),
+                           state_dir=Path("/nonexistent"))  # type: ignore[arg-type]  # fmt: skip
+    agent.pod_cidr = ipaddress.IPv4Network("10.235.3.0/24")
+    return agent
+
+
+def test_addresses_go_round_the_pod_cidr_and_are_freed_only_by_their_pod() -> None:
+    agent = _agent()
+    first = agent.allocate_ip("pod-a")
+    assert first == "10.235.3.2"  # .1 is the node's gateway by convention
+    agent.release_ip(first, "pod-a")
+    second = agent.allocate_ip("pod-b")
+    assert second == "10.235.3.3"  # a just-freed address is not handed out again at once
+    agent.release_ip(second, "pod-a")  # a finished pod that once had it frees nothing now
+    assert agent.addresses[second] == "pod-b"
+
+
+def test_a_full_pod_cidr_is_refused_naming_the_node() -> None:
+    agent = _agent()
+    agent.pod_cidr = ipaddress.IPv4Network("10.235.3.0/30")  # hosts .1 and .2: one for pods
+    agent.allocate_ip("pod-a")
+    with pytest.raises(UserError, match=r"node-0's podCIDR 10\.235\.3\.0/30 is full"):
+        agent.allocate_ip("pod-b")
+
+
+def test_a_node_advertises_its_mocked_gpus() -> None:
+    assert _agent().capacity()["nvidia.com/gpu"] == "2"

@@ -99,7 +99,7 @@ class NodeAgent:
         self.state_dir = state_dir
         self.workers: dict[str, PodWorker] = {}
         self.addresses: dict[str, str] = {}  # pod IP -> the uid of the pod holding it
-        self.last_address = 0  # allocation goes round the podCIDR, as host-local IPAM does
+        self.last_address = -1  # allocation goes round the podCIDR, as host-local IPAM does
         self.finished: set[str] = set()  # uids whose pods this agent has torn down
         self.pod_cidr: ipaddress.IPv4Network | None = None
         self.node_uid = ""
