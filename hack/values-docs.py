@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes every value's description from values.yaml's `# --` comments, the one place they are kept:
 the `description` of each property of values.schema.json and the chart's README.md (helm-docs'
-layout: title, description, version lines, install, the `## Values` table).
+layout: title, description, version lines, install, the `## Values` table); and files/limits.json,
+the schema's limits ("x-limits") with those descriptions, which the chart's templates read.
 
 Usage: python3 hack/values-docs.py          rewrite values.schema.json's descriptions and README.md
        python3 hack/values-docs.py --check  exit 1 naming each key whose text has drifted
@@ -31,6 +32,11 @@ CHART = ROOT / "charts" / "multinode-llm"
 VALUES = CHART / "values.yaml"
 SCHEMA = CHART / "values.schema.json"
 README = CHART / "README.md"
+# The schema's limits where the templates can read them: Helm keeps values.schema.json out of
+# .Files, so "multinode-llm.validate" reads this reduction of it (limits, descriptions, structure).
+LIMITS = CHART / "files" / "limits.json"
+# What the walker of the limits ("multinode-llm.limitRefusals") reads of a schema node.
+WALKED = ("description", "x-limits", "properties", "additionalProperties", "items", "$ref")
 SCRIPT = "hack/values-docs.py"
 DOC = re.compile(r"^\s*# --(?: (?P<text>.*))?$")
 DEFAULT = re.compile(r"^\s*# @default -- ?(?P<text>.*)$")
@@ -418,6 +424,43 @@ def generate() -> tuple[list[Doc], str, str]:
     return docs, new_schema, readme(chart, rows(docs, values), table)
 
 
+def reduced(node: Any, limited: set[str]) -> dict[str, Any] | None:
+    """A schema node with only what the limits' walker reads, and only where a limit lies below
+    it (``limited``: the definitions that hold one); None where none does."""
+    if not isinstance(node, dict):
+        return None
+    kept: dict[str, Any] = {}
+    for key in ("properties", "additionalProperties", "items"):
+        value = node.get(key)
+        if key == "properties":
+            props = {name: reduced(prop, limited) for name, prop in (value or {}).items()}
+            props = {name: prop for name, prop in props.items() if prop is not None}
+            if props:
+                kept[key] = props
+        elif (child := reduced(value, limited)) is not None:
+            kept[key] = child
+    ref = node.get("$ref", "")
+    if kept or "x-limits" in node or ref.rsplit("/", 1)[-1] in limited:
+        kept |= {key: node[key] for key in WALKED if key in node and key not in kept}
+        if not isinstance(kept.get("additionalProperties", {}), dict):
+            del kept["additionalProperties"]
+        return kept
+    return None
+
+
+def limits_file(schema: str) -> str:
+    """files/limits.json, from values.schema.json as the comments make it."""
+    tree = json.loads(schema)
+    definitions: dict[str, Any] = tree.get("definitions", {})
+    limited: set[str] = set()
+    for _ in definitions:  # a definition may hold a $ref to another: settle in as many rounds
+        limited |= {name for name, d in definitions.items() if reduced(d, limited) is not None}
+    body = reduced(tree, limited) or {}
+    body["definitions"] = {name: reduced(definitions[name], limited) for name in sorted(limited)}
+    header = f"generated from values.schema.json by {SCRIPT}; edit the schema, not this file"
+    return json.dumps({"$comment": header, **body}, indent=1, sort_keys=True) + "\n"
+
+
 def schema_drift(docs: list[Doc]) -> list[str]:
     """The keys whose description in values.schema.json is not their comment."""
     properties = schema_properties(json.loads(SCHEMA.read_text()))
@@ -466,11 +509,15 @@ def main() -> int:
     except DocsError as error:
         print(f"{SCRIPT}: {error}", file=sys.stderr)
         return 1
+    limits = limits_file(schema)
     if not args.check:
         SCHEMA.write_text(schema)
         README.write_text(page)
+        LIMITS.write_text(limits)
         return 0
     found = drift(docs, schema, page)
+    if not LIMITS.exists() or LIMITS.read_text() != limits:
+        found.append(f"{LIMITS.relative_to(ROOT)} differs from values.schema.json's limits")
     for line in found:
         print(f"{line}: run python3 {SCRIPT}", file=sys.stderr)
     return 1 if found else 0

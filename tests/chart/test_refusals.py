@@ -39,18 +39,41 @@ class Refusal:
 
 
 def schema(values: dict[str, Any], names: str) -> Refusal:
+    """A value of the wrong type or a key the chart does not have: Helm's schema check, before
+    any template."""
     return Refusal(values, names, schema=True)
+
+
+def limit(values: dict[str, Any], names: str, says: str) -> Refusal:
+    """A value out of its limits (values.schema.json "x-limits"): refused with the others by the
+    validate template, saying why."""
+    return Refusal(values, names, says)
 
 
 TABLE: dict[str, Refusal] = {
     # parallelism
-    "pipeline below 2": schema({"parallelism": {"pipeline": 1}}, "parallelism.pipeline"),
-    "tensor below 1": schema({"parallelism": {"tensor": 0}}, "parallelism.tensor"),
+    "pipeline below 2": limit(
+        {"parallelism": {"pipeline": 1}},
+        "parallelism.pipeline",
+        "parallelism.pipeline=1 must be at least 2: Pipeline parallel size: nodes in the group, "
+        "the head included (at least 2; one node belongs to a single-node runtime)",
+    ),
+    "tensor below 1": limit(
+        {"parallelism": {"tensor": 0}},
+        "parallelism.tensor",
+        "parallelism.tensor=0 must be at least 1: Tensor parallel size: GPUs per node",
+    ),
     "fractional tensor": schema({"parallelism": {"tensor": 1.5}}, "parallelism.tensor"),
     "pipeline as a string": schema({"parallelism": {"pipeline": "2"}}, "parallelism.pipeline"),
-    "shm size not a quantity": schema({"shm": {"sizeLimit": "lots"}}, "shm.sizeLimit"),
-    "volume size not a quantity": schema(
-        {"model": {"storage": {"size": "1.5 TB"}}}, "model.storage.size"
+    "shm size not a quantity": limit(
+        {"shm": {"sizeLimit": "lots"}},
+        "shm.sizeLimit",
+        "shm.sizeLimit=lots must be a Kubernetes quantity",
+    ),
+    "volume size not a quantity": limit(
+        {"model": {"storage": {"size": "1.5 TB"}}},
+        "model.storage.size",
+        "model.storage.size=1.5 TB must be a Kubernetes quantity",
     ),
     # GPUs
     "unknown gpu type": Refusal(
@@ -168,9 +191,15 @@ TABLE: dict[str, Refusal] = {
         "the runtime sets --nnodes to parallelism.pipeline",
     ),
     # the executor (group.executor, docs/executors.md)
-    "unknown executor": schema({"group": {"executor": "torchrun"}}, "group.executor"),
-    "master port below 1024": schema(
-        {"group": {"executor": "mp", "masterPort": 80}}, "group.masterPort"
+    "unknown executor": limit(
+        {"group": {"executor": "torchrun"}},
+        "group.executor",
+        "group.executor=torchrun must be one of ray, mp: How the nodes form one vLLM engine",
+    ),
+    "master port below 1024": limit(
+        {"group": {"executor": "mp", "masterPort": 80}},
+        "group.masterPort",
+        "group.masterPort=80 must be at least 1024",
     ),
     "mp on kserve 0.17": Refusal(
         {"group": {"executor": "mp"}, "kserve": {"version": "0.17"}},
@@ -336,45 +365,77 @@ TABLE: dict[str, Refusal] = {
         "modelCache.store.size",
         "is below 1Gi",
     ),
-    "store size without a unit": schema(
-        {"modelCache": {"store": {"size": "500"}}}, "modelCache.store.size"
+    "store size without a unit": limit(
+        {"modelCache": {"store": {"size": "500"}}},
+        "modelCache.store.size",
+        "modelCache.store.size=500 must be a size with a unit the cache reads too",
     ),
-    "store size in GB": schema(
-        {"modelCache": {"store": {"size": "500GB"}}}, "modelCache.store.size"
+    "store size in GB": limit(
+        {"modelCache": {"store": {"size": "500GB"}}},
+        "modelCache.store.size",
+        "modelCache.store.size=500GB must be a size with a unit the cache reads too",
     ),
-    "store size in a unit the cache cannot read": schema(
-        {"modelCache": {"store": {"size": "1Pi"}}}, "modelCache.store.size"
+    "store size in a unit the cache cannot read": limit(
+        {"modelCache": {"store": {"size": "1Pi"}}},
+        "modelCache.store.size",
+        "modelCache.store.size=1Pi must be a size with a unit the cache reads too",
     ),
-    "unknown store type": schema(
-        {"modelCache": {"store": {"type": "pvc"}}}, "modelCache.store.type"
+    "unknown store type": limit(
+        {"modelCache": {"store": {"type": "pvc"}}},
+        "modelCache.store.type",
+        "modelCache.store.type=pvc must be one of emptyDir, hostPath",
     ),
-    "relative hostPath store": schema(
-        {"modelCache": {"store": {"hostPath": "var/cache"}}}, "modelCache.store.hostPath"
+    "relative hostPath store": limit(
+        {"modelCache": {"store": {"hostPath": "var/cache"}}},
+        "modelCache.store.hostPath",
+        "modelCache.store.hostPath=var/cache must be an absolute directory",
     ),
-    "storage container for s3": schema(
+    "storage container for s3": limit(
         {"modelCache": {"storageContainer": {"uriFormats": [{"prefix": "s3://"}]}}},
         "modelCache.storageContainer.uriFormats",
+        "modelCache.storageContainer.uriFormats[0].prefix=s3:// must be a prefix that starts "
+        "with hf:// (the cache speaks only the Hub's protocol)",
     ),
-    "storage container regex not anchored at hf://": schema(
+    "storage container regex not anchored at hf://": limit(
         {"modelCache": {"storageContainer": {"uriFormats": [{"regex": "hf://org/.*"}]}}},
         "modelCache.storageContainer.uriFormats",
+        "modelCache.storageContainer.uriFormats[0].regex=hf://org/.* must be a regex that starts "
+        "with ^hf://",
     ),
-    "upstream without a scheme": schema(
-        {"modelCache": {"upstream": "huggingface.co"}}, "modelCache.upstream"
+    "upstream without a scheme": limit(
+        {"modelCache": {"upstream": "huggingface.co"}},
+        "modelCache.upstream",
+        "modelCache.upstream=huggingface.co must be an http(s) URL without a query or fragment",
     ),
-    "upstream with a query": schema(
-        {"modelCache": {"upstream": "https://huggingface.co/?a=1"}}, "modelCache.upstream"
+    "upstream with a query": limit(
+        {"modelCache": {"upstream": "https://huggingface.co/?a=1"}},
+        "modelCache.upstream",
+        "modelCache.upstream=https://huggingface.co/?a=1 must be an http(s) URL without a query",
     ),
     "typo inside modelCache": schema({"modelCache": {"enable": True}}, "enable"),
     # replicas, modes, autoscaler, version
-    "two heads": schema({"inferenceService": {"minReplicas": 2}}, "inferenceService.minReplicas"),
-    "max replicas 3": schema(
-        {"inferenceService": {"maxReplicas": 3}}, "inferenceService.maxReplicas"
+    "two heads": limit(
+        {"inferenceService": {"minReplicas": 2}},
+        "inferenceService.minReplicas",
+        "inferenceService.minReplicas=2 must be 1: Head replicas. Must be 1: extra heads would "
+        "stand outside the Ray cluster",
     ),
-    "serverless mode": schema(
-        {"kserve": {"deploymentMode": "Serverless"}}, "kserve.deploymentMode"
+    "max replicas 3": limit(
+        {"inferenceService": {"maxReplicas": 3}},
+        "inferenceService.maxReplicas",
+        "inferenceService.maxReplicas=3 must be 1: Maximum head replicas. Must be 1: one group "
+        "per InferenceService is KServe's rule",
     ),
-    "knative mode": schema({"kserve": {"deploymentMode": "Knative"}}, "kserve.deploymentMode"),
+    "serverless mode": limit(
+        {"kserve": {"deploymentMode": "Serverless"}},
+        "kserve.deploymentMode",
+        'kserve.deploymentMode=Serverless must be one of "" (empty), RawDeployment, Standard',
+    ),
+    "knative mode": limit(
+        {"kserve": {"deploymentMode": "Knative"}},
+        "kserve.deploymentMode",
+        'kserve.deploymentMode=Knative must be one of "" (empty), RawDeployment, Standard',
+    ),
     "Standard mode before 0.16": Refusal(
         {"kserve": {"version": "0.15.2", "deploymentMode": "Standard"}},
         "kserve.deploymentMode",
@@ -395,8 +456,10 @@ TABLE: dict[str, Refusal] = {
         "inferenceService.autoscalerClass",
         'only with autoscaler class "external"',
     ),
-    "unknown autoscaler": schema(
-        {"inferenceService": {"autoscalerClass": "fast"}}, "inferenceService.autoscalerClass"
+    "unknown autoscaler": limit(
+        {"inferenceService": {"autoscalerClass": "fast"}},
+        "inferenceService.autoscalerClass",
+        "inferenceService.autoscalerClass=fast must be one of",
     ),
     "kserve 0.20 deletes the workers": Refusal(
         {"kserve": {"version": "0.20"}}, "kserve.version", "kserve#6113). Refused; use 0.19.0"
@@ -404,14 +467,23 @@ TABLE: dict[str, Refusal] = {
     "kserve 0.14": Refusal(
         {"kserve": {"version": "0.14"}}, "kserve.version", "upgrade KServe to 0.15 or later"
     ),
-    "kserve version not a version": schema({"kserve": {"version": "latest"}}, "kserve.version"),
+    "kserve version not a version": limit(
+        {"kserve": {"version": "latest"}},
+        "kserve.version",
+        "kserve.version=latest must be empty or a release as MAJOR.MINOR or MAJOR.MINOR.PATCH",
+    ),
     # typos and names
     "unknown top-level key": schema({"modle": {"uri": "hf://a/b"}}, "modle"),
     "typo inside parallelism": schema({"parallelism": {"tensors": 2}}, "tensors"),
     "typo inside a probe": schema(
         {"head": {"probes": {"startup": {"failureTreshold": 9}}}}, "failureTreshold"
     ),
-    "unknown strategy": schema({"strategy": {"type": "BlueGreen"}}, "strategy.type"),
+    "unknown strategy": limit(
+        {"strategy": {"type": "BlueGreen"}},
+        "strategy.type",
+        "strategy.type=BlueGreen must be one of Recreate, RollingUpdate: How KServe replaces the "
+        "group on a change",
+    ),
     "release name too long": Refusal(
         {},
         "InferenceService name",
@@ -468,8 +540,10 @@ TABLE: dict[str, Refusal] = {
     "rdma settings with rdma off": Refusal(
         {"rdma": {"ipcLock": True}}, "rdma.ipcLock", "set rdma.enabled=true, or unset rdma.ipcLock"
     ),
-    "rdma count zero": schema(
-        {"rdma": {"enabled": True, "resources": {"rdma/ib": 0}}}, "rdma.resources"
+    "rdma count zero": limit(
+        {"rdma": {"enabled": True, "resources": {"rdma/ib": 0}}},
+        "rdma.resources",
+        "rdma.resources.rdma/ib=0 must be at least 1",
     ),
     "rdma resource without a domain": Refusal(
         {"rdma": {"enabled": True, "resources": {"hostdev": 1}}},
@@ -481,7 +555,11 @@ TABLE: dict[str, Refusal] = {
         "secondaryNetworks",
         "Multus would attach none of them",
     ),
-    "secondary network not a name": schema({"secondaryNetworks": ["IB Net"]}, "secondaryNetworks"),
+    "secondary network not a name": limit(
+        {"secondaryNetworks": ["IB Net"]},
+        "secondaryNetworks",
+        "secondaryNetworks[0]=IB Net must be a NetworkAttachmentDefinition",
+    ),
     "pod label kserve sets": Refusal(
         {"podLabels": {"component": "x"}}, "podLabels.component", "use another key"
     ),
@@ -541,12 +619,13 @@ TABLE: dict[str, Refusal] = {
         "extraVolumeMounts[0].name=missing",
         "add the volume to extraVolumes",
     ),
-    "extra mount path not absolute": schema(
+    "extra mount path not absolute": limit(
         {
             "extraVolumes": [{"name": "x", "emptyDir": {}}],
             "extraVolumeMounts": [{"name": "x", "mountPath": "data"}],
         },
         "extraVolumeMounts",
+        "extraVolumeMounts[0].mountPath=data must be an absolute path",
     ),
     "topology spread selecting other pods": Refusal(
         {
@@ -596,11 +675,15 @@ TABLE: dict[str, Refusal] = {
         "enable one of them",
     ),
     # the compile caches (docs/compile-cache.md)
-    "compile cache size not a byte quantity": schema(
-        {"compileCache": {"sizeLimit": "10 GB"}}, "compileCache.sizeLimit"
+    "compile cache size not a byte quantity": limit(
+        {"compileCache": {"sizeLimit": "10 GB"}},
+        "compileCache.sizeLimit",
+        "compileCache.sizeLimit=10 GB must be a size the runtime reads too",
     ),
-    "shared compile cache size in millibytes": schema(
-        {"compileCache": {"shared": {"sizeLimit": "500m"}}}, "compileCache.shared.sizeLimit"
+    "shared compile cache size in millibytes": limit(
+        {"compileCache": {"shared": {"sizeLimit": "500m"}}},
+        "compileCache.shared.sizeLimit",
+        "compileCache.shared.sizeLimit=500m must be a size the runtime reads too",
     ),
     "compile cache typo": schema({"compileCache": {"size": "1Gi"}}, "compileCache"),
     "shared compile cache for a model on no claim": Refusal(

@@ -909,12 +909,20 @@ Context: root. */}}
 {{- end }} {{- /* define "multinode-llm.validateExecutor" */}}
 
 {{- /*
-All cross-field rules, in one place. Each failure names the value, says what is wrong and what to
-do. Single-field rules (types, ranges, enums, typos) are in values.schema.json. Context: root.
+Every rule the chart checks at render time, in one place: the limits values.schema.json sets on
+single values (ranges, enums, patterns: "x-limits") and the cross-field rules. Each failure names the
+value, says what is wrong, why, and what to do. Types, keys and typos stay Helm's schema check,
+which runs before any template. Context: root.
 */}}
 {{- define "multinode-llm.validate" -}}
 {{- $v := .Values }}
 {{- $errors := list }}
+
+{{- /* the schema's limits on single values first (values.schema.json "x-limits", as
+files/limits.json holds them: Helm keeps the schema out of .Files; Helm checked the types and keys
+before rendering) */}}
+{{- $schema := .Files.Get "files/limits.json" | fromJson }}
+{{- $errors = concat $errors (include "multinode-llm.limitRefusals" (dict "value" .Values "schema" $schema "path" "" "why" "" "definitions" $schema.definitions) | fromJsonArray) }}
 
 {{- /* the KServe release decides what KServe admits and does (kserve-releases.yaml) */}}
 {{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
@@ -1314,6 +1322,104 @@ them with the others. Context: root. */}}
 {{- end }}
 {{- toJson $errors }}
 {{- end }} {{- /* define "multinode-llm.validateCompileCache" */}}
+
+{{- /* The limits values.schema.json sets on values ("x-limits": const, enum, minimum, maximum,
+exclusiveMinimum, pattern with the words "is" for it, minLength, maxLength, minItems, uniqueItems,
+minProperties, maxProperties), as a JSON array of messages, each naming the value, the limit and why
+(the value's description, the one its comment in values.yaml gives, or the limit's own "why").
+They are checked here, not by Helm's validator, which stops before any template runs and says no
+why ("minimum: got 1, want 2"): so they come in the one round of "multinode-llm.validate" with the
+chart's other refusals. The schema's types, keys and required fields stay Helm's. Context: dict
+"value" the value, "schema" its schema node, "path" its --set path, "why" the nearest description,
+"definitions" the schema's definitions. */}}
+{{- define "multinode-llm.limitRefusals" -}}
+{{- $node := .schema }}
+{{- with index $node "$ref" }}
+{{- $node = merge (omit $node "$ref") (index $.definitions (trimPrefix "#/definitions/" .)) }}
+{{- end }}
+{{- $why := $node.description | default .why }}
+{{- $errors := list }}
+{{- with index $node "x-limits" }}
+{{- $broken := include "multinode-llm.limitBroken" (dict "value" $.value "limits" .) }}
+{{- if $broken }}
+{{- $shown := ternary $.value (toJson $.value) (kindIs "string" $.value) }}
+{{- $errors = append $errors (printf "%s=%s %s: %s" $.path $shown $broken (.why | default $why)) }}
+{{- end }}
+{{- end }}
+{{- if kindIs "map" .value }}
+{{- range $key := keys .value | sortAlpha }}
+{{- $child := index ($node.properties | default dict) $key }}
+{{- if and (not $child) (kindIs "map" $node.additionalProperties) }}
+{{- $child = $node.additionalProperties }}
+{{- end }}
+{{- if $child }}
+{{- $path := ternary $key (printf "%s.%s" $.path $key) (eq $.path "") }}
+{{- $errors = concat $errors (include "multinode-llm.limitRefusals" (dict "value" (index $.value $key) "schema" $child "path" $path "why" $why "definitions" $.definitions) | fromJsonArray) }}
+{{- end }}
+{{- end }}
+{{- else if and (kindIs "slice" .value) (kindIs "map" $node.items) }}
+{{- range $i, $item := .value }}
+{{- $errors = concat $errors (include "multinode-llm.limitRefusals" (dict "value" $item "schema" $node.items "path" (printf "%s[%d]" $.path $i) "why" $why "definitions" $.definitions) | fromJsonArray) }}
+{{- end }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.limitRefusals" */}}
+
+{{- /* The first limit of "x-limits" the value breaks, in words ("must be at least 2"), or nothing.
+A limit applies to the values of its kind only (a pattern to strings, a minimum to numbers), as in
+JSON Schema. Context: dict "value" "limits". */}}
+{{- define "multinode-llm.limitBroken" -}}
+{{- $v := .value }}
+{{- $l := .limits }}
+{{- $number := or (kindIs "float64" $v) (kindIs "int64" $v) (kindIs "int" $v) }}
+{{- $broken := list }}
+{{- if and (hasKey $l "const") (ne (toJson $v) (toJson $l.const)) }}
+{{- $broken = append $broken (printf "must be %s" (toJson $l.const)) }}
+{{- end }}
+{{- if and (hasKey $l "enum") (not (has $v $l.enum)) }}
+{{- $choices := list }}
+{{- range $l.enum }}
+{{- $choices = append $choices (ternary "\"\" (empty)" (toString .) (eq (toString .) "")) }}
+{{- end }}
+{{- $broken = append $broken (printf "must be one of %s" (join ", " $choices)) }}
+{{- end }}
+{{- if $number }}
+{{- if and (hasKey $l "minimum") (lt (float64 $v) (float64 $l.minimum)) }}
+{{- $broken = append $broken (printf "must be at least %s" (toString $l.minimum)) }}
+{{- end }}
+{{- if and (hasKey $l "exclusiveMinimum") (le (float64 $v) (float64 $l.exclusiveMinimum)) }}
+{{- $broken = append $broken (printf "must be above %s" (toString $l.exclusiveMinimum)) }}
+{{- end }}
+{{- if and (hasKey $l "maximum") (gt (float64 $v) (float64 $l.maximum)) }}
+{{- $broken = append $broken (printf "must be at most %s" (toString $l.maximum)) }}
+{{- end }}
+{{- end }}
+{{- if kindIs "string" $v }}
+{{- if and (hasKey $l "pattern") (not (regexMatch $l.pattern $v)) }}
+{{- $broken = append $broken (printf "must be %s" ($l.is | default (printf "of the form %s" $l.pattern))) }}
+{{- end }}
+{{- if and (hasKey $l "minLength") (lt (len $v) (int $l.minLength)) }}
+{{- $broken = append $broken "must not be empty" }}
+{{- end }}
+{{- if and (hasKey $l "maxLength") (gt (len $v) (int $l.maxLength)) }}
+{{- $broken = append $broken (printf "must be at most %d characters" (int $l.maxLength)) }}
+{{- end }}
+{{- end }}
+{{- if kindIs "slice" $v }}
+{{- if and (hasKey $l "minItems") (lt (len $v) (int $l.minItems)) }}
+{{- $broken = append $broken (printf "must list at least %d item(s)" (int $l.minItems)) }}
+{{- end }}
+{{- if and $l.uniqueItems (ne (len (uniq $v)) (len $v)) }}
+{{- $broken = append $broken "must not list an item twice" }}
+{{- end }}
+{{- end }}
+{{- if kindIs "map" $v }}
+{{- if or (and (hasKey $l "minProperties") (lt (len $v) (int $l.minProperties))) (and (hasKey $l "maxProperties") (gt (len $v) (int $l.maxProperties))) }}
+{{- $broken = append $broken ($l.says | default "holds too few or too many keys") }}
+{{- end }}
+{{- end }}
+{{- join " and " $broken }}
+{{- end }} {{- /* define "multinode-llm.limitBroken" */}}
 
 {{- /* Seconds kubelet lets a container start before it restarts it: initialDelaySeconds +
 periodSeconds x failureThreshold of its startup probe. Context: the probe (head.probes.startup). */}}
