@@ -152,7 +152,7 @@ def test_limits_and_the_chart_s_other_refusals_come_in_one_round(major: str) -> 
 
 
 def test_a_typo_or_a_wrong_type_is_still_helm_s_schema_check(major: str) -> None:
-    render = template(major, values=deep_merge(GOOD, {"parallelism": {"pipline": 2}}))
+    render = template(major, values=deep_merge(GOOD, {"parallelism": {"pipelines": 2}}))
     assert render.returncode != 0
     assert "values don't meet the specifications of the schema" in render.stderr
-    assert "pipline" in render.stderr
+    assert "pipelines" in render.stderr
