@@ -389,8 +389,8 @@ exist; its INFO line with the same message is left out):
 ```
 
 `ct lint --config ct.yaml --helm-lint-extra-args "--strict --set kserve.version=0.20"` prints the
-same for each case and ends with `Error: failed linting charts: failed processing charts` (exit
-status 1).
+same for its first case, stops there and ends with `Error: failed linting charts: failed processing
+charts` (exit status 1).
 
 ## Source Code
 
