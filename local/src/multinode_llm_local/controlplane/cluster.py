@@ -294,8 +294,11 @@ class Kubectl:
             raise UserError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()[-2000:]}")
         return result.stdout
 
-    def apply(self, manifests: str) -> None:
-        self.run("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifests)
+    def apply(self, manifests: str, namespace: str = "") -> None:
+        """Server-side apply; ``namespace`` goes to namespaced objects that name none, as helm
+        install puts a chart's objects into its release's namespace."""
+        where = ["--namespace", namespace] if namespace else []
+        self.run("apply", "--server-side", "--force-conflicts", *where, "-f", "-", stdin=manifests)
 
     def wait_for(self, kind: str, name: str, condition: str, timeout: float) -> None:
         self.run(

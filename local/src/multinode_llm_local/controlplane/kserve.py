@@ -67,7 +67,7 @@ def unserved() -> dict[str, str]:
     """Release -> the proxy's answer, for the releases whose module it refused."""
     path = build.go_root() / "unserved.yaml"
     found = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-    return {str(k): str(v) for k, v in found.items()}
+    return {str(k): "\n".join(v) if isinstance(v, list) else str(v) for k, v in found.items()}
 
 
 def resolve(asked: str) -> Release:
@@ -140,7 +140,10 @@ def install(
     ca_bundle = base64.b64encode(pki.ca.cert.read_bytes()).decode()
     objects = [_with_ca_bundle(o, ca_bundle) for o in objects]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    kubectl.apply(_stream([namespace, *secrets, *objects]))
+    kubectl.apply(_stream([namespace]))
+    # Some releases' charts give their namespaced objects no namespace (0.15.0's ServiceAccount):
+    # helm install puts those into the release's namespace, and so does this.
+    kubectl.apply(_stream([*secrets, *objects]), namespace=NAMESPACE)
     kubectl.rollout(NAMESPACE, "deployment/kserve-controller-manager", READY_S)
     _wait_webhooks(kubectl, READY_S)
     if runtimes:
