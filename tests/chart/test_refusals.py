@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from multinode_llm_testing.chartlib import (
     CHART,
+    NAMESPACE,
     RELEASE,
     Render,
     deep_merge,
@@ -35,6 +36,7 @@ class Refusal:
     says: str = ""  # advice the message must carry (helper refusals)
     schema: bool = False  # refused by values.schema.json rather than the helper
     release: str = RELEASE
+    namespace: str = NAMESPACE
     replace: bool = False  # values replace GOOD instead of merging into it
 
 
@@ -490,6 +492,20 @@ TABLE: dict[str, Refusal] = {
         "use a shorter release name or set fullnameOverride",
         release="a-release-name-that-is-much-too-long-for-kserve",
     ),
+    # <isvc>-predictor-<namespace> is KServe's URL host: 64 characters (18 + 1 + "-multinode-llm"
+    # + "-predictor-" + 20) fail its reconcile (tests/cluster/test_findings.py: 63 are hosted).
+    "name and namespace past a DNS label": Refusal(
+        {},
+        "InferenceService name",
+        "shorten the release name (or fullnameOverride) or the namespace by 1 characters",
+        release="r" * 19,
+        namespace="audit-long-namespace",
+    ),
+    "name ending in -predictor": Refusal(
+        {"fullnameOverride": "suffix-predictor"},
+        "fullnameOverride",
+        "choose a release name or fullnameOverride that does not end in -predictor",
+    ),
     # placement and network (docs/placement.md)
     "rdma without devices": Refusal(
         {"rdma": {"enabled": True}}, "rdma.enabled", "set rdma.resources to the resource"
@@ -786,14 +802,18 @@ def test_the_good_values_render(major: str) -> None:
 @pytest.mark.parametrize("case", sorted(TABLE))
 def test_helm_template_refuses(major: str, case: str) -> None:
     refusal = TABLE[case]
-    render = template(major, values=values_of(refusal), release=refusal.release)
+    render = template(
+        major, values=values_of(refusal), release=refusal.release, namespace=refusal.namespace
+    )
     check(refusal, render.returncode, render.stderr)
 
 
 @pytest.mark.parametrize("case", sorted(TABLE))
 def test_helm_install_dry_run_refuses(helm4: str, case: str) -> None:
     refusal = TABLE[case]
-    result = install_dry_run(helm4, values=values_of(refusal), release=refusal.release)
+    result = install_dry_run(
+        helm4, values=values_of(refusal), release=refusal.release, namespace=refusal.namespace
+    )
     check(refusal, result.returncode, result.stderr)
 
 
@@ -811,8 +831,8 @@ def lint_output(result: Render) -> str:
 @pytest.mark.parametrize("case", sorted(TABLE))
 def test_helm_lint_refuses_what_helm_template_refuses(major: str, case: str) -> None:
     refusal = TABLE[case]
-    if refusal.release != RELEASE:
-        pytest.skip("helm lint takes no release name (it lints as RELEASE-NAME)")
+    if refusal.release != RELEASE or refusal.namespace != NAMESPACE:
+        pytest.skip("helm lint takes no release name (it lints as RELEASE-NAME in default)")
     result = lint(major, values_of(refusal))
     output = lint_output(result)
     assert result.returncode != 0, output

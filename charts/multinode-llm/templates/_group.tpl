@@ -317,9 +317,14 @@ template:
         image: {{ include "multinode-llm.imageRef" (dict "image" .Values.download.image "root" .) }}
         imagePullPolicy: {{ .Values.download.image.pullPolicy }}
         command: ["multinode-llm"]
+        {{- /* The predictor Service's port 80, then the head's container port: a KServe with
+        serviceClusterIPNone makes that Service headless (service_reconciler.go), and its name then
+        resolves to the head pod, which listens on 8080 only. */}}
+        {{- $predictor := printf "http://%s-predictor.%s.svc.%s" (include "multinode-llm.fullname" .) .Release.Namespace .Values.clusterDomain }}
         args:
           - await-group
-          - {{ printf "http://%s-predictor.%s.svc.%s" (include "multinode-llm.fullname" .) .Release.Namespace .Values.clusterDomain | quote }}
+          - {{ $predictor | quote }}
+          - {{ printf "%s:8080" $predictor | quote }}
           - --model
           - {{ include "multinode-llm.servedModelName" . | quote }}
           - --group-spec

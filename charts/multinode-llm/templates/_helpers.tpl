@@ -635,6 +635,12 @@ serving.kserve.io/autoscalerClass: {{ include "multinode-llm.requiredAutoscalerC
 {{- end }}
 # Argo CD: after the runtime, the volume and the model's download (wave -1).
 argocd.argoproj.io/sync-wave: "0"
+# KServe copies these into both pods, where its pod webhook reads them before its cluster-wide
+# metricsAggregator settings (metrics_aggregate_injector.go, every release): with scraping on there,
+# it would annotate the pods prometheus.io/port "9091", queue-proxy's port, which no pod of a raw
+# group runs. The group's metrics are on its status and http ports (monitoring.*).
+serving.kserve.io/enable-prometheus-scraping: "false"
+serving.kserve.io/enable-metric-aggregation: "false"
 {{- end }}
 
 {{- /* The serving runtime's own annotations; runtime.annotations may not repeat a key. Context: root. */}}
@@ -657,6 +663,8 @@ server keeps the last one (the user's), silently. Context: root. */}}
   "serving.kserve.io/gpu-resource-types" "gpu.customResourceTypes and rdma.resources decide it; list the types there"
   "argocd.argoproj.io/sync-wave" "the chart orders its objects for Argo CD (the volume, the download and the runtime -1, the InferenceService 0, the readiness Job 1); remove it"
   "multinode-llm/kserve-release" "kserve.version decides it (the local emulation and the notes read it); set kserve.version"
+  "serving.kserve.io/enable-prometheus-scraping" "the chart turns KServe's scraping annotations off: they would point Prometheus at queue-proxy's port 9091, where no pod of the group listens; scrape with monitoring.podMonitor or monitoring.serviceMonitor"
+  "serving.kserve.io/enable-metric-aggregation" "the chart turns KServe's metric aggregation off: it aggregates through queue-proxy, which a raw group does not run; scrape with monitoring.podMonitor or monitoring.serviceMonitor"
   "helm.sh/chart" "the chart's name and version decide it; remove it"
   "app.kubernetes.io/name" "nameOverride decides it (the chart's selectors use it); set nameOverride"
   "app.kubernetes.io/instance" "the release name decides it (the chart's selectors use it); remove it"
@@ -1075,6 +1083,33 @@ env over the runtime's by name, so a user variable would replace the chart's */}
 {{- $fullname := include "multinode-llm.fullname" . }}
 {{- if or (gt (len $fullname) 41) (not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $fullname)) }}
 {{- $errors = append $errors (printf "the InferenceService name %q (release name%s) must start with a letter, hold only a-z, 0-9 and '-', and be at most 41 characters (KServe labels pods isvc.<name>-predictor-worker); use a shorter release name or set fullnameOverride" $fullname (ternary " via fullnameOverride" " plus chart name" (not (empty $v.fullnameOverride)))) }}
+{{- end }}
+{{- /* KServe's raw reconciler builds the URL host <isvc>-predictor-<namespace> (the default
+domainTemplate) and fails every reconcile, creating no Deployment, when that label passes a DNS
+label's 63 characters (reconcilers/ingress/domain.go GenerateDomainName, every release;
+kserve#4807). tests/cluster/test_findings.py shows 63 hosted and 64 refused on real KServe. */}}
+{{- $hostLabel := printf "%s-predictor-%s" $fullname .Release.Namespace }}
+{{- if gt (len $hostLabel) 63 }}
+{{- $errors = append $errors (printf "the InferenceService name %q in namespace %q gives KServe the host label %q, %d characters, more than a DNS label's 63: KServe's reconciler fails on it and never creates the group's Deployments (reconcilers/ingress/domain.go, kserve#4807); shorten the release name (or fullnameOverride) or the namespace by %d characters" $fullname .Release.Namespace $hostLabel (len $hostLabel) (sub (len $hostLabel) 63)) }}
+{{- end }}
+{{- /* KServe gives the workers HEAD_SVC=GetHeadServiceName(<isvc>) but names the head Service
+GetHeadServiceName(<isvc>-predictor), and that function trims one "-predictor" (constants.go,
+components/predictor.go, service_reconciler.go, every release): for a name ending in -predictor the
+two differ and the workers never find their head (tests/cluster/test_findings.py). */}}
+{{- if hasSuffix "-predictor" $fullname }}
+{{- $errors = append $errors (printf "the InferenceService name %q ends in \"-predictor\": KServe then tells the workers a head Service name (%s-head-N) other than the one it creates (%s-head-N), so the workers never find their head (constants.go GetHeadServiceName); choose a release name or fullnameOverride that does not end in -predictor" $fullname (trimSuffix "-predictor" $fullname) $fullname) }}
+{{- end }}
+
+{{- /* KServe's cluster settings the group needs, read where they can be: helm install and upgrade
+see the cluster through lookup, helm template, lint and Argo CD see nothing and skip this. 0.15.x
+copies a pvc:// model into an emptyDir of every pod with storageInitializer.enableDirectPvcVolumeMount
+false (storage_initializer_injector.go at v0.15.2; KServe's chart sets it true): a copy per node of a
+model too big for one. */}}
+{{- with (lookup "v1" "ConfigMap" $v.kserve.namespace "inferenceservice-config").data }}
+{{- $storage := .storageInitializer | default "{}" | fromJson }}
+{{- if and (semverCompare "<0.16.0-0" $release.version) (hasKey $storage "enableDirectPvcVolumeMount") (not $storage.enableDirectPvcVolumeMount) }}
+{{- $errors = append $errors (printf "KServe %s in this cluster has storageInitializer.enableDirectPvcVolumeMount=false (configmap inferenceservice-config, namespace %s): it would copy the whole model from its claim into every pod of the group; set it to true there (KServe's own chart does), or set kserve.namespace if KServe lives elsewhere" $release.version $v.kserve.namespace) }}
+{{- end }}
 {{- end }}
 
 {{- /* one kind of monitor: both would scrape every pod into the same series twice */}}

@@ -159,9 +159,10 @@ def install_dry_run(
     values: dict[str, Any] | None = None,
     *,
     release: str = RELEASE,
+    namespace: str = NAMESPACE,
 ) -> Render:
     """`helm install --dry-run=client`: Helm 4 renders without a cluster; Helm 3 needs one."""
-    args = ["install", release, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    args = ["install", release, str(CHART), "--namespace", namespace, "--dry-run=client"]
     return run_with_values(major, args, values_files, values)
 
 
