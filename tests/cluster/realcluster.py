@@ -1,0 +1,376 @@
+"""The cluster suite's helpers: a real cluster per KServe release, real kubectl and helm against it.
+
+A real cluster (``multinode-llm-local cluster up``) is a real API server, controller manager,
+scheduler, kube-proxy, CoreDNS and KServe manager, built from their Go modules; only the nodes are
+stand-ins (``multinode_llm_local.controlplane.node``: fake kubelets with mocked GPUs). One runs at
+a time on the machine (``CLUSTER_LOCK``), and its vLLM groups hold the machine-wide vLLM lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from multinode_llm_local import cluster as local_cluster
+from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
+from multinode_llm_testing import serving_checks as checks
+from multinode_llm_testing.locks import file_lock, vllm_lock
+from multinode_llm_testing.waits import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "multinode-llm"
+TOOLS = ROOT / ".tools" / "bin"
+CLUSTER_LOCK = Path("/tmp/multinode-llm-real-cluster.lock")
+PREFIX = real.DEFAULT_PREFIX
+LOCAL_VALUES = local_cluster.DEFAULT_VALUES
+MODEL = "tiny-llama"
+HEAL_S = 600
+Obj = dict[str, Any]
+TIMINGS: list[tuple[str, str, float]] = []
+
+
+def record(scenario: str, what: str, seconds: float) -> None:
+    TIMINGS.append((scenario, what, seconds))
+    print(f"cluster timing: {scenario}: {what}: {seconds:.1f} s")
+
+
+@dataclass
+class RealCluster:
+    """A running real cluster, as the tests drive it: kubectl, helm 3 and 4, its addresses."""
+
+    info: real.ClusterInfo
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.info.kubeconfig
+
+    @property
+    def kserve(self) -> str:
+        return self.info.kserve
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KUBECONFIG": self.kubeconfig,
+            "PATH": f"{TOOLS}:{os.environ['PATH']}",
+        }
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float = 120,
+        check: bool = True,
+        stdin: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            list(argv),
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                f"{result.stderr[-3000:]}"
+            )
+        return result
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+        return self.run([str(TOOLS / "kubectl"), *args], timeout=timeout, stdin=stdin).stdout
+
+    def get(self, *args: str) -> Obj:
+        found: Obj = json.loads(self.kubectl("get", *args, "-o", "json"))
+        return found
+
+    def items(self, *args: str) -> list[Obj]:
+        return list(self.get(*args).get("items") or [])
+
+    def helm(
+        self, *args: str, version: int = 4, timeout: float = 1800, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run([str(TOOLS / f"helm{version}"), *args], timeout=timeout, check=check)
+
+    def model_claim(self, namespace: str, claim: str, model: Path) -> Path:
+        """A ReadWriteMany claim ``claim`` in ``namespace`` (made by the cluster's provisioner,
+        bound by the real PV controller) holding ``model`` at ``tiny-llama/``; its folder."""
+        self.kubectl("create", "namespace", namespace, "--dry-run=client", "-o", "yaml")
+        with contextlib.suppress(AssertionError):
+            self.kubectl("create", "namespace", namespace)
+        pvc = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": STORAGE_CLASS,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(pvc))
+        self.kubectl(
+            "wait",
+            "-n",
+            namespace,
+            f"pvc/{claim}",
+            "--for=jsonpath={.status.phase}=Bound",
+            "--timeout=60s",
+        )
+        volume = self.get("-n", namespace, f"pvc/{claim}")["spec"]["volumeName"]
+        folder = Path(self.get(f"pv/{volume}")["spec"]["hostPath"]["path"])
+        target = folder / MODEL
+        if not target.exists():
+            shutil.copytree(model, target)
+            for path in [target, *target.rglob("*")]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+        return folder
+
+    def cluster_ip(self, namespace: str, service: str) -> str:
+        return str(self.get("-n", namespace, f"service/{service}")["spec"]["clusterIP"])
+
+    def pods(self, namespace: str, selector: str) -> list[Obj]:
+        found = self.items("pods", "-n", namespace, "-l", selector)
+        return [p for p in found if not p["metadata"].get("deletionTimestamp")]
+
+
+# How each Helm major waits for the release to be ready. Helm 4's own default (`--wait` alone, the
+# "watcher" strategy) computes each object's status with kstatus, which reads an InferenceService's
+# Ready condition; 0.16.0-0.19.0 never set it True for a multi-node group (kserve-releases.yaml,
+# never-ready), so the chart documents Helm 3's checks ("legacy") for Helm 4.
+WAIT = {3: ("--wait",), 4: ("--wait=legacy",)}
+
+
+def chart_args(kserve: str, extra: Sequence[str] = ()) -> list[str]:
+    """The README's install, for the tiny model: the local values, this cluster's KServe."""
+    return ["-f", str(LOCAL_VALUES), "--set", f"kserve.version={kserve}", *extra]
+
+
+@dataclass
+class Installed:
+    """One helm release of the chart on a real cluster: the group as serving_checks see it."""
+
+    cluster: RealCluster
+    release: str
+    namespace: str
+    isvc: str
+    model: str = MODEL
+    sets: list[str] = field(default_factory=list)  # the --set values every upgrade keeps
+
+    @property
+    def base_url(self) -> str:
+        """The predictor Service, through its ClusterIP (routed from this machine to the
+        cluster's kube-proxy, as any in-cluster client reaches it)."""
+        return f"http://{self.cluster.cluster_ip(self.namespace, self.isvc + '-predictor')}:80"
+
+    def pods(self, role: str) -> list[Obj]:
+        app = f"isvc.{self.isvc}-predictor" + ("-worker" if role == "worker" else "")
+        return self.cluster.pods(self.namespace, f"app={app}")
+
+    def ready(self, role: str) -> bool:
+        pods = self.pods(role)
+        return bool(pods) and all(condition(p, "Ready") for p in pods)
+
+    def manifest(self) -> list[Obj]:
+        """The objects Helm applied for this release (``helm get manifest``)."""
+        text = self.cluster.helm("get", "manifest", self.release, "--namespace", self.namespace)
+        return [doc for doc in yaml.safe_load_all(text.stdout) if doc]
+
+    def replica_sets(self, role: str) -> list[str]:
+        """The ReplicaSets KServe's Deployment of ``role`` has had: one per roll of the group."""
+        deployment = f"{self.isvc}-predictor" + ("-worker" if role == "worker" else "")
+        found = self.cluster.items("replicasets", "-n", self.namespace)
+        return sorted(
+            rs["metadata"]["name"]
+            for rs in found
+            if any(o["name"] == deployment for o in rs["metadata"].get("ownerReferences") or [])
+        )
+
+    def upgrade(
+        self,
+        *sets: str,
+        helm: int = 4,
+        timeout: str = "15m",
+        check: bool = True,
+        wait: Sequence[str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """``helm upgrade`` with the values of the install and every upgrade before, plus
+        ``sets`` (KEY=VALUE), waiting as the README says (or as ``wait`` says)."""
+        self.sets = [*self.sets, *sets]
+        extra = [arg for item in self.sets for arg in ("--set", item)]
+        return self.cluster.helm(
+            "upgrade",
+            self.release,
+            str(CHART),
+            "--namespace",
+            self.namespace,
+            *chart_args(self.cluster.kserve, extra),
+            *(WAIT[helm] if wait is None else wait),
+            "--wait-for-jobs",
+            "--timeout",
+            timeout,
+            version=helm,
+            check=check,
+        )
+
+    def kill(self, role: str) -> None:
+        """SIGKILL the first ``role`` pod's first container (its init: every process of it
+        dies, as when a node's processes crash; the node agent restarts it)."""
+        [pod] = self.pods(role)
+        container_id = pod["status"]["containerStatuses"][0]["containerID"]
+        pid = int(container_id.removeprefix("local://"))
+        assert pid > 0, container_id
+        os.kill(pid, signal.SIGKILL)
+
+    def serves(self) -> bool:
+        """Whether one completion comes back through the predictor Service now."""
+        with contextlib.suppress(Exception):
+            status, _ = checks.post(
+                self,
+                "/v1/completions",
+                {"model": self.model, "prompt": "Heal", "max_tokens": 2, "temperature": 0},
+            )
+            return status == 200
+        return False
+
+    def heals_after_killing(self, role: str, timeout: float = HEAL_S) -> float:
+        """Kill ``role`` and wait until it restarted and the group serves again: the seconds."""
+        before = self.restarts(role)
+        self.kill(role)
+        return wait_for(
+            lambda: self.restarts(role) > before and self.ready("head") and self.serves(),
+            timeout,
+            f"the group serving again after its {role} was killed",
+        )
+
+    def restarts(self, role: str) -> int:
+        return sum(
+            s.get("restartCount", 0)
+            for p in self.pods(role)
+            for s in p["status"].get("containerStatuses") or []
+        )
+
+
+def condition(obj: Obj, kind: str) -> bool:
+    return any(
+        c["type"] == kind and c["status"] == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+class Clusters:
+    """One real cluster at a time for the whole session: a test module asks for a KServe release
+    and gets the running cluster when it runs that release, else a new one (the old one torn down
+    first, leaving no process, namespace or mount). Each module cleans up its own namespaces."""
+
+    def __init__(self) -> None:
+        self.current: RealCluster | None = None
+        self._lock: contextlib.ExitStack | None = None
+
+    def get(self, kserve_version: str) -> RealCluster:
+        if self.current is not None and self.current.kserve == kserve_version:
+            return self.current
+        self.close()
+        self._lock = contextlib.ExitStack()
+        self._lock.enter_context(file_lock(CLUSTER_LOCK, "one real cluster at a time"))
+        started = time.monotonic()
+        info = real.up(
+            real.UpOptions(prefix=PREFIX, kserve_version=kserve_version),
+            progress=lambda line: print(f"cluster: {line}", flush=True),
+        )
+        record(
+            f"KServe {info.kserve}",
+            "cluster up (control plane, nodes, KServe)",
+            time.monotonic() - started,
+        )
+        self.current = RealCluster(info)
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current = None
+            real.down(PREFIX)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+def install(
+    cluster: RealCluster,
+    release: str,
+    namespace: str,
+    *sets: str,
+    helm: int = 4,
+    timeout: str = "15m",
+) -> Installed:
+    """``helm install`` as the README says (``--wait --wait-for-jobs``), timed."""
+    extra = [arg for item in sets for arg in ("--set", item)]
+    started = time.monotonic()
+    cluster.helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        *chart_args(cluster.kserve, extra),
+        *WAIT[helm],
+        "--wait-for-jobs",
+        "--timeout",
+        timeout,
+        version=helm,
+    )
+    record(
+        f"KServe {cluster.kserve}",
+        f"helm{helm} install {' '.join(sets) or '(PP=2, Ray)'}",
+        time.monotonic() - started,
+    )
+    fullname = release if "multinode-llm" in release else f"{release}-multinode-llm"
+    return Installed(cluster, release, namespace, fullname, sets=list(sets))
+
+
+def render_pending(release: str, namespace: str, kserve: str, *sets: str) -> list[Obj]:
+    """The chart's runtime and InferenceService as helm renders them for ``kserve``, their pods
+    pinned to a node label nobody has: for tests that read what KServe makes of them, with no
+    group to run (a refused value cannot be rendered, so these objects then change by hand)."""
+    extra = [arg for item in sets for arg in ("--set", item)]
+    rendered = subprocess.run(
+        [str(TOOLS / "helm4"), "template", release, str(CHART), "--namespace", namespace,
+         "--set", "model.uri=pvc://models/tiny-llama", "--set", f"kserve.version={kserve}",
+         "--set", "readiness.enabled=false",
+         "--set-json", 'head.nodeSelector={"multinode-llm.local/none":"pending"}',
+         "--set-json", 'worker.nodeSelector={"multinode-llm.local/none":"pending"}', *extra],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    kinds = ("ServingRuntime", "ClusterServingRuntime", "InferenceService")
+    return [d for d in yaml.safe_load_all(rendered.stdout) if d and d.get("kind") in kinds]
+
+
+def events(cluster: RealCluster, namespace: str, name: str) -> list[str]:
+    """``reason: message`` of every Event about the object ``name`` in ``namespace``."""
+    found = cluster.items("events", "-n", namespace, "--field-selector",
+                          f"involvedObject.name={name}")  # fmt: skip
+    return [f"{e.get('reason', '')}: {e.get('message', '')}" for e in found]
+
+
+@contextlib.contextmanager
+def serving_lock() -> Iterator[None]:
+    with vllm_lock():
+        yield
+
+
+def wait_for(condition_: Any, timeout: float, what: str) -> float:
+    started = time.monotonic()
+    wait_until(condition_, timeout, what, interval=1.0)
+    return time.monotonic() - started

@@ -1,0 +1,145 @@
+"""The README's install on real KServe (the chart's default release): Helm 4 brings up a PP=2 group
+that answers through the predictor Service; killed pods heal; upgrades finish within their
+timeout and roll the group once; uninstall keeps the model claim.
+
+One real cluster and one install serve every test of this module, in order: the tests that kill
+or upgrade come last.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import oracle
+import pytest
+from multinode_llm_local.kserve import releases
+from multinode_llm_testing import serving_checks as checks
+from realcluster import (
+    Clusters,
+    Installed,
+    RealCluster,
+    install,
+    record,
+    serving_lock,
+    wait_for,
+)
+
+NAMESPACE = "llm"
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters: Clusters, tiny_model: Path) -> Iterator[RealCluster]:
+    running = clusters.get(releases.default().version)
+    running.model_claim(NAMESPACE, "models", tiny_model)
+    yield running
+    running.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def group(cluster: RealCluster) -> Iterator[Installed]:
+    with serving_lock():
+        yield install(cluster, "llm", NAMESPACE)
+
+
+def test_kserve_made_a_head_and_a_worker_that_are_ready(group: Installed) -> None:
+    assert group.ready("head")
+    assert group.ready("worker")
+    assert len(group.pods("head")) == 1
+    assert len(group.pods("worker")) == 1
+
+
+def test_the_readiness_job_completed(group: Installed) -> None:
+    jobs = group.cluster.items("jobs", "-n", NAMESPACE)
+    ready = [j for j in jobs if "-ready-" in j["metadata"]["name"]]
+    assert ready, [j["metadata"]["name"] for j in jobs]
+    assert all(j["status"].get("succeeded") == 1 for j in ready)
+
+
+def test_models_lists_the_served_model(group: Installed) -> None:
+    checks.check_models(group)
+
+
+def test_a_chat_completion_comes_back_through_the_predictor_service(group: Installed) -> None:
+    checks.check_streaming_chat(group)
+
+
+def test_kserve_reports_the_group_as_its_release_does(group: Installed) -> None:
+    """0.16.0-0.19.0 never report a multi-node group Ready (kserve-releases.yaml, never-ready):
+    PredictorReady stays Unknown with both Deployments available."""
+    release = releases.get(group.cluster.kserve)
+    isvc = group.cluster.get("-n", NAMESPACE, f"inferenceservice/{group.isvc}")
+    conditions = {c["type"]: c for c in isvc["status"]["conditions"]}
+    if release.controller.readiness == "stuck":
+        assert conditions["PredictorReady"]["status"] == "Unknown"
+        assert "MinimumReplicasAvailable" in conditions["PredictorReady"]["reason"]
+        assert conditions["Ready"]["status"] == "False"
+    else:
+        assert conditions["Ready"]["status"] == "True"
+
+
+def test_real_kserve_made_what_the_emulation_says(group: Installed) -> None:
+    assert oracle.differences(group, group.manifest()) == []
+
+
+def test_helm4_default_wait_reads_kserve_readiness(group: Installed) -> None:
+    """Helm 4's `--wait` (kstatus) calls the InferenceService InProgress while its Ready is not
+    True: on the releases that never set it, a no-op upgrade with it runs into its timeout, which
+    is why the README gives Helm 4 `--wait=legacy`."""
+    release = releases.get(group.cluster.kserve)
+    result = group.upgrade(wait=["--wait=watcher"], timeout="45s", check=False)
+    if release.controller.readiness == "stuck":
+        assert result.returncode != 0
+        assert f"InferenceService/{NAMESPACE}/{group.isvc} not ready" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+
+
+def test_a_killed_worker_heals(group: Installed) -> None:
+    took = group.heals_after_killing("worker")
+    record(f"KServe {group.cluster.kserve}", "killed worker -> serving again", took)
+
+
+def test_a_killed_head_heals(group: Installed) -> None:
+    took = group.heals_after_killing("head")
+    record(f"KServe {group.cluster.kserve}", "killed head -> serving again", took)
+
+
+@pytest.mark.parametrize(
+    ("changes", "what"),
+    [
+        # The runtime's image and the InferenceService's args at once: Helm applies the
+        # InferenceService first (kinds it does not know go in alphabetical order), so a
+        # reconcile between the two would roll the group with the old runtime, then again.
+        (
+            ("image.tag=0.1.0-rc1", "vllm.args={--max-model-len=256,--max-num-seqs=8}"),
+            "image.tag and vllm.args (runtime and ISVC)",
+        ),
+        (("parallelism.pipeline=3",), "parallelism.pipeline 2 -> 3"),
+    ],
+)
+def test_an_upgrade_finishes_in_its_timeout_and_rolls_the_group_once(
+    group: Installed, changes: tuple[str, ...], what: str
+) -> None:
+    heads = set(group.replica_sets("head"))
+    started = time.monotonic()
+    group.upgrade(*changes, timeout="15m")
+    record(f"KServe {group.cluster.kserve}", f"helm4 upgrade: {what}", time.monotonic() - started)
+    rolled = set(group.replica_sets("head")) - heads
+    assert len(rolled) == 1, f"the head rolled {len(rolled)} times: {sorted(rolled)}"
+    assert group.serves()
+
+
+def test_uninstall_keeps_the_model_claim(group: Installed) -> None:
+    group.cluster.helm("uninstall", group.release, "--namespace", NAMESPACE, "--wait",
+                       "--timeout", "5m")  # fmt: skip
+    claims = [c["metadata"]["name"] for c in group.cluster.items("pvc", "-n", NAMESPACE)]
+    assert "models" in claims
+    # Helm waits for what it deleted; the garbage collector then takes what KServe made of it.
+    wait_for(
+        lambda: not group.cluster.items("pods", "-n", NAMESPACE),
+        120,
+        "the garbage collector to remove the group's pods",
+    )
+    assert "models" in [c["metadata"]["name"] for c in group.cluster.items("pvc", "-n", NAMESPACE)]
