@@ -95,7 +95,8 @@ def _without_compile_cache(render: Render) -> str:
     hash (and the readiness Job name it changes) written as the placeholders SPEC and JOB."""
     text = render.stdout
     head = containers(render)["kserve-container"]
-    text = text.replace(env(head)["MULTINODE_LLM_GROUP_SPEC"], "SPEC")
+    spec = env(head)["MULTINODE_LLM_GROUP_SPEC"]
+    text = text.replace(spec, "SPEC").replace(spec[:10], "SPEC")  # the runtime's name holds 10
     text = text.replace(render.one("Job", "readiness")["metadata"]["name"], "JOB")
     documents = Render(render.args, 0, text, "").documents()
     for document in documents:

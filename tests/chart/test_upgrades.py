@@ -19,7 +19,7 @@ import pytest
 import yaml
 from multinode_llm_local import kserve
 from multinode_llm_local.kserve import releases
-from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, helm
+from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, helm, template
 
 SCRIPT = ROOT / "hack" / "upgrade-matrix.py"
 
@@ -117,11 +117,12 @@ def test_a_placement_change_restarts_the_whole_group(outcomes: dict[str, Any], v
     assert change.worker
 
 
-def test_pod_metadata_changes_keep_the_generation(outcomes: dict[str, Any]) -> None:
-    """podLabels and podAnnotations live on the runtime: no new headless Services for them."""
+def test_pod_metadata_changes_are_a_new_generation_too(outcomes: dict[str, Any]) -> None:
+    """podLabels and podAnnotations live on the runtime, which a new spec renames: the
+    InferenceService names the new one, so they too come with new headless Services."""
     for value in ("podLabels", "podAnnotations", "secondaryNetworks"):
-        assert outcomes[value].generations == (1, 1), value
-        assert outcomes[value].new_services == [], value
+        assert outcomes[value].generations == (1, 2), value
+        assert outcomes[value].new_services, value
 
 
 def test_a_new_prompt_for_helm_test_restarts_nothing(outcomes: dict[str, Any]) -> None:
@@ -184,49 +185,45 @@ RUNTIME_ONLY = ["image.tag", "head.probes.*", "worker.probes.*", "shm.sizeLimit"
 
 
 @pytest.mark.parametrize("value", RUNTIME_ONLY)
-def test_a_runtime_only_change_keeps_the_generation_with_recreate(
+def test_a_runtime_change_is_a_new_runtime_and_a_new_generation(
     outcomes: dict[str, Any], value: str
 ) -> None:
-    """On 0.16+ with Recreate the head learns the group's spec hash from the runtime: a change of
-    the runtime alone leaves the InferenceService's spec, so no new headless Services."""
+    """The runtime is named after the group's spec (multinode-llm.runtimeName): a change of the
+    runtime's part of it makes a new runtime, which the InferenceService names in the same
+    change, so KServe never reconciles the new InferenceService with the old runtime."""
     change = outcomes[value]
-    assert change.generations == (1, 1)
-    assert change.new_services == []
+    assert change.generations == (1, 2)
+    assert change.new_services
     assert "env MULTINODE_LLM_GROUP_SPEC" in change.head  # the readiness Job tells the new head
+    assert "label isvc.generation" in change.worker
     assert change.jobs["readiness"] == "new"
 
 
-@pytest.mark.parametrize("value", RUNTIME_ONLY)
-@pytest.mark.parametrize("where", ["RollingUpdate", "KServe 0.15.2"])
-def test_where_the_runtime_would_not_do_a_pod_change_is_a_new_generation(
-    value: str, where: str
-) -> None:
-    """RollingUpdate: the new pods need headless Services of their own, or a new head beside the
-    old one, whose workers stay with it, never forms. 0.15.x does not watch runtimes: only a change
-    of the InferenceService reaches the pods at once. Both get the hash in the InferenceService."""
+def test_the_runtime_and_the_inferenceservice_name_each_other_by_the_spec() -> None:
+    """A new spec renames the runtime; the InferenceService follows; the hash is the head's."""
     if not helm("helm4").exists():
         pytest.skip(f"{helm('helm4')} missing: run `bash hack/install-tools.sh`")
-    module = matrix()
-    change = next(c for c in module.CHANGES if c.value == value)
-    if where == "RollingUpdate":
-        base, kserve = {"strategy": {"type": "RollingUpdate"}}, None
-    else:
-        base, kserve = {"kserve": {"version": "0.15.2"}}, ("0.15.2", "0.15.2")
-    change = dataclasses.replace(change, before=module.merged(base, change.before), kserve=kserve)
-    outcome = module.measure(change)
-    assert outcome.generations == (1, 2), where
-    assert outcome.new_services, where
-    assert "label isvc.generation" in outcome.head
-    assert "label isvc.generation" in outcome.worker
+    names = set()
+    for tag in ("0.1.0", "0.1.1"):
+        render = template("helm4", values={"model": {"uri": "pvc://m/x"}, "image": {"tag": tag}})
+        runtime = render.one("ServingRuntime")
+        isvc = render.one("InferenceService")
+        name = runtime["metadata"]["name"]
+        assert isvc["spec"]["predictor"]["model"]["runtime"] == name
+        [head] = runtime["spec"]["containers"]
+        spec = next(e["value"] for e in head["env"] if e["name"] == "MULTINODE_LLM_GROUP_SPEC")
+        assert name == f"llm-multinode-llm-{spec[:10]}"
+        names.add(name)
+    assert len(names) == 2
 
 
 @pytest.mark.parametrize("version", releases.versions("supported"))
 def test_a_head_only_runtime_change_reaches_the_head_at_once_on_every_release(
     version: str,
 ) -> None:
-    """Whether or not the release watches runtimes (controller.watchesRuntimes), the new probe
-    reaches the head's pod template in the same reconcile, and the readiness Job waits for it:
-    a new generation exactly where KServe would not notice a runtime change alone."""
+    """Whether or not the release watches runtimes (controller.watchesRuntimes: 0.15.x does
+    not), the new probe reaches the head's pod template in the same reconcile, because the
+    InferenceService names the new runtime; the readiness Job waits for it."""
     if not helm("helm4").exists():
         pytest.skip(f"{helm('helm4')} missing: run `bash hack/install-tools.sh`")
     module = matrix()
@@ -236,8 +233,7 @@ def test_a_head_only_runtime_change_reaches_the_head_at_once_on_every_release(
         change, before=module.merged(base, change.before), kserve=(version, version)
     )
     outcome = module.measure(change)
-    watches = releases.get(version).controller.watches_runtimes
     assert "readinessProbe" in outcome.head
     assert "env MULTINODE_LLM_GROUP_SPEC" in outcome.head
-    assert outcome.generations == ((1, 1) if watches else (1, 2))
+    assert outcome.generations == (1, 2)  # a new runtime, named by the InferenceService
     assert outcome.jobs["readiness"] == "new"

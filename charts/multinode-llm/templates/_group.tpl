@@ -4,7 +4,8 @@ They are defines, so that "multinode-llm.groupSpec" can hash exactly what reache
 */}}
 
 {{- /* The (Cluster)ServingRuntime's spec; with groupSpec (the hash of the rest) the head is told
-it, where groupSpecHome is "runtime". Context: dict "root" $ "groupSpec" hash-or-empty. */}}
+it (the readiness Job waits for the head that exports it). Context: dict "root" $ "groupSpec"
+hash-or-empty. */}}
 {{- define "multinode-llm.runtimeSpec" -}}
 {{- $groupSpec := .groupSpec }}
 {{- with .root -}}
@@ -15,8 +16,7 @@ PodMonitors (monitoring.podMonitor) and the ServiceMonitor's Service (monitoring
 name the metrics ports. */ -}}
 {{- /* podLabels and podAnnotations on the runtime's head and workerSpec: KServe copies them into
 the head's and the workers' pod templates (buildObjectMeta, reconcileWorker, components/predictor.go,
-every release), and a change of them stays a runtime change (the InferenceService keeps its
-metadata and its generation, groupSpecHome) */}}
+every release) */}}
 {{- $podMeta := include "multinode-llm.podMetadata" . | fromJson }}
 {{- $annotations := merge (include "multinode-llm.gpuTypesAnnotation" . | fromYaml) (include "multinode-llm.executorAnnotation" . | fromYaml) $podMeta.annotations }}
 {{- with $podMeta.labels -}}
@@ -61,7 +61,7 @@ containers:
         protocol: TCP
     env:
       {{- include "multinode-llm.groupEnv" . | nindent 6 }}
-      {{- if and $groupSpec (eq (include "multinode-llm.groupSpecHome" .) "runtime") }}
+      {{- if $groupSpec }}
       {{- /* the head tells which spec it runs: the readiness Job waits for this one */}}
       - name: MULTINODE_LLM_GROUP_SPEC
         value: {{ $groupSpec | quote }}
@@ -113,8 +113,8 @@ workerSpec:
 {{- end }}
 {{- end }} {{- /* define "multinode-llm.runtimeSpec" */}}
 
-{{- /* The InferenceService's spec.predictor; with groupSpec (the hash of the rest) the head is told
-it, where groupSpecHome is "inferenceService". Context: dict "root" $ "groupSpec" hash-or-empty. */}}
+{{- /* The InferenceService's spec.predictor, naming the runtime of groupSpec (the hash of the
+rest; empty while it is computed). Context: dict "root" $ "groupSpec" hash-or-empty. */}}
 {{- define "multinode-llm.isvcPredictor" -}}
 {{- $groupSpec := .groupSpec }}
 {{- with .root -}}
@@ -145,7 +145,7 @@ affinity:
 model:
   modelFormat:
     name: huggingface
-  runtime: {{ include "multinode-llm.runtimeName" . }}
+  runtime: {{ include "multinode-llm.runtimeName" (dict "root" . "groupSpec" $groupSpec) }}
   storageUri: {{ include "multinode-llm.storageUri" . | quote }}
   # Appended to the runtime's ["head"]: the served name, then vLLM's own arguments.
   # KServe runs a Go template over the head container: double braces are escaped so that every
@@ -160,10 +160,6 @@ model:
   {{- if include "multinode-llm.stagesModel" . }}
   {{- /* the head serves the snapshot this revision was staged as (staging/layout.py) */}}
   {{- $headEnv = prepend $headEnv (dict "name" "MODEL_REVISION" "value" (include "multinode-llm.modelRevision" .)) }}
-  {{- end }}
-  {{- if and $groupSpec (eq (include "multinode-llm.groupSpecHome" .) "inferenceService") }}
-  {{- /* the head tells which spec it runs: the readiness Job waits for this one (group-ready.yaml) */}}
-  {{- $headEnv = prepend $headEnv (dict "name" "MULTINODE_LLM_GROUP_SPEC" "value" $groupSpec) }}
   {{- end }}
   {{- with $headEnv }}
   {{- $env := list }}
@@ -248,31 +244,10 @@ its current generation (KServe labels both roles with the InferenceService's nam
 {{- with $fields }}{{ toYaml . }}{{ end }}
 {{- end }}
 
-{{- /* Where the head is told the group's spec hash (MULTINODE_LLM_GROUP_SPEC), so that every change
-of the hash reaches the head at once and restarts no more than KServe would anyway:
-- "runtime" (the runtime's head container): a runtime-only change stays a runtime change, the
-  InferenceService keeps its generation (no new headless Services) and only the Deployments whose
-  pods change roll. A worker-only change rolls the head too (it restarts in place anyway when its
-  workers go, DEVELOPERS.md).
-- "inferenceService" (its head env), where the runtime would not do:
-  * RollingUpdate: the whole group must roll as one new generation. A new head beside the old one
-    under the same <isvc>-head-<gen> Service, with workers that stay with the old head, never forms;
-    a new generation gives the new pods their own headless Services.
-  * a release that does not watch runtimes (0.15.x, controller.watchesRuntimes false): a runtime
-    change would reach the pods only at KServe's next event for the InferenceService.
-Context: root. */}}
-{{- define "multinode-llm.groupSpecHome" -}}
-{{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
-{{- if or (eq .Values.strategy.type "RollingUpdate") (not $release.controller.watchesRuntimes) -}}
-inferenceService
-{{- else -}}
-runtime
-{{- end }}
-{{- end }}
-
 {{- /* A hash of everything that shapes the group's pods: the runtime's spec, the InferenceService's
 labels and annotations (KServe copies both into the pod templates) and its predictor, but not the
-Deployments' own settings (strategy, replicas) nor the hash's home. Context: root. */}}
+Deployments' own settings (strategy, replicas) nor the runtime's name (the hash names it). Context:
+root. */}}
 {{- define "multinode-llm.groupSpec" -}}
 {{- $isvcMeta := dict "labels" .Values.inferenceService.labels "annotations" .Values.inferenceService.annotations }}
 {{- $_ := set $isvcMeta "kserve" (list (include "multinode-llm.deploymentMode" .) (include "multinode-llm.requiredAutoscalerClass" .) (include "multinode-llm.gpuTypesAnnotation" .)) }}

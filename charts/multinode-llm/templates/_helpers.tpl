@@ -96,15 +96,28 @@ unless modelCache.storageContainer.image.tag is set. Context: root. */}}
 {{- default .Release.Name .Values.model.name }}
 {{- end }}
 
-{{- /* Name of the (Cluster)ServingRuntime: a ClusterServingRuntime is cluster-scoped, so its name
-carries the namespace (release "llm" in two namespaces must not share one). Context: root. */}}
+{{- /* The serving runtime's name: runtime.name, else the full name (a cluster-scoped one carries the
+namespace), then the group's spec hash. Every change of the group is a new runtime that the
+InferenceService names in the same change. Helm applies the kinds it does not know in alphabetical
+order, the InferenceService before a ServingRuntime (kind_sorter.go): a KServe that reconciled
+between the two would roll the group with the old runtime, then again with the new one (and the
+head Deployment's generation would pass the InferenceService's, which kstatus compares). An
+InferenceService that names a runtime not there yet is reconciled once it is (KServe retries on
+back-off), with the new runtime only. Context: dict "root" $ "groupSpec" hash (empty while the hash
+is computed: the base alone). */}}
 {{- define "multinode-llm.runtimeName" -}}
-{{- if .Values.runtime.name }}
-{{- .Values.runtime.name }}
-{{- else if eq .Values.runtime.scope "Cluster" }}
-{{- printf "%s-%s" (include "multinode-llm.fullname" .) .Release.Namespace | trunc 253 }}
+{{- $v := .root.Values }}
+{{- $base := $v.runtime.name }}
+{{- if not $base }}
+{{- $base = include "multinode-llm.fullname" .root }}
+{{- if eq $v.runtime.scope "Cluster" }}
+{{- $base = printf "%s-%s" $base .root.Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- if .groupSpec }}
+{{- printf "%s-%s" ($base | trunc 242 | trimSuffix "-") (.groupSpec | trunc 10) }}
 {{- else }}
-{{- include "multinode-llm.fullname" . }}
+{{- $base }}
 {{- end }}
 {{- end }}
 
