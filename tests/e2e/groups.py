@@ -15,7 +15,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -34,6 +33,8 @@ from multinode_llm_local.netns import namespaces_with_prefix
 from multinode_llm_local.state import ClusterPlan, ClusterState, process_alive
 from multinode_llm_testing.locks import vllm_lock
 from multinode_llm_testing.networks import E2E_GROUPS
+from multinode_llm_testing.pod_processes import check_no_ray as check_no_ray_in
+from multinode_llm_testing.pod_processes import command_of, netns_pids
 from multinode_llm_testing.serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
 from multinode_llm_testing.waits import wait_seconds
 
@@ -191,53 +192,10 @@ def head_log_at_its_deadline(group: LocalGroup, wait_s: int) -> tuple[str, float
     return log, failed_after
 
 
-def netns_pids(namespace: str) -> list[int]:
-    listing = subprocess.run(
-        ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
-    )
-    return [int(pid) for pid in listing.stdout.split()]
-
-
-def command_of(pid: int) -> str:
-    """A process's command line and its name (Ray renames its workers ``ray::...``); "" once
-    it is gone."""
-    try:
-        argv = (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-        name = Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
-    except OSError:
-        return ""
-    return f"[{name}] {argv.strip()}"
-
-
-# A Ray process, by its command line or name: the raylet, the GCS, `ray start`, Ray's own Python
-# processes (dashboard, log monitor, ...: they run from Ray's package) and its workers.
-RAY_PROCESS = re.compile(r"raylet|gcs_server|\bray::|(^|[ /])ray start\b|/site-packages/ray/")
-# What runs vLLM in an mp pod: rank 0's OpenAI server on the head, the headless entry on workers.
-MP_ENGINE = {
-    "head": "-m vllm.entrypoints.openai.api_server ",
-    "worker": "-m multinode_llm.serving.headless ",
-}
-
-
 def check_no_ray(group: LocalGroup) -> None:
-    """No Ray process in any pod's network namespace, vLLM's own ranks in each, and no
-    supervisor that imported Ray (vLLM's processes may load Ray's library where it is installed:
-    that starts nothing; docs/executors.md)."""
+    """No Ray process in any pod of an mp group (pod_processes.check_no_ray)."""
     for pod in group.status()["pods"]:
-        processes = group.processes()[pod["name"]]
-        ray = [command for command in processes.values() if RAY_PROCESS.search(command)]
-        assert ray == [], f"Ray runs in {pod['name']}: {ray}"
-        engine = MP_ENGINE[pod["role"]]
-        assert any(engine in command for command in processes.values()), (pod["name"], processes)
-        [supervisor] = [
-            pid
-            for pid, command in processes.items()
-            if f"multinode-llm {pod['role']}" in command.partition("] ")[2]
-        ]
-        maps = Path(f"/proc/{supervisor}/maps").read_text()
-        assert "_raylet" not in maps, f"the supervisor of {pod['name']} imported Ray"
+        check_no_ray_in(pod["name"], pod["role"], group.processes()[pod["name"]])
 
 
 def _free_prefix() -> Iterator[tuple[str, str]]:
