@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 CA_DAYS = 3650
+# A new P-256 key, unencrypted (the state directory is root's alone), for `openssl req`.
+NEW_EC_KEY = ("-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
 LEAF_DAYS = 365
 
 
@@ -44,11 +46,7 @@ class Pki:
             _openssl(
                 "req",
                 "-x509",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
+                *NEW_EC_KEY,
                 "-keyout",
                 str(pair.key),
                 "-out",
@@ -92,11 +90,7 @@ class Pki:
             _openssl(
                 "req",
                 "-new",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
+                *NEW_EC_KEY,
                 "-keyout",
                 str(pair.key),
                 "-out",
