@@ -15,17 +15,24 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm_local import cluster as local_cluster
 from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
+from multinode_llm_local.kubelet import enter_command
+from multinode_llm_local.pods import PodPlan
 from multinode_llm_testing import serving_checks as checks
 from multinode_llm_testing.locks import file_lock, vllm_lock
+from multinode_llm_testing.pod_processes import processes_in
+from multinode_llm_testing.serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
 from multinode_llm_testing.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,6 +231,63 @@ class Installed:
             version=helm,
             check=check,
         )
+
+    def pod(self, role: str) -> Obj:
+        [found] = self.pods(role)
+        return found
+
+    def _folder(self, pod: Obj) -> Path:
+        """The node agent's folder of the pod: its container logs, ``pod.json``."""
+        meta = pod["metadata"]
+        state = Path(self.cluster.kubeconfig).parent
+        return state / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
+
+    def log(self, role: str, previous: bool = False) -> str:
+        """The ``role`` pod's first container's log (its run before the last, with
+        ``previous``), as the node agent wrote it (``kubectl logs`` needs a kubelet API)."""
+        pod = self.pod(role)
+        status = pod["status"]["containerStatuses"][0]
+        run = int(status["restartCount"]) - (1 if previous else 0)
+        path = self._folder(pod) / f"{status['name']}-{run}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def last_exit(self, role: str) -> Obj:
+        """The ``role`` pod's first container's last termination (``lastState``), or {}."""
+        status = self.pod(role)["status"]["containerStatuses"][0]
+        return dict((status.get("lastState") or {}).get("terminated") or {})
+
+    def status_json(self, role: str) -> Obj:
+        """The pod's supervisor ``/status`` (its facts), on its status port."""
+        url = f"http://{self.pod(role)['status']['podIP']}:{STATUS_PORT}/status"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            found: Obj = json.loads(answer.read())
+        return found
+
+    def processes(self, role: str) -> dict[int, str]:
+        """Every process of the ``role`` pod (its network namespace): PID -> command."""
+        uid = self.pod(role)["metadata"]["uid"]
+        return processes_in(ClusterNetwork(prefix=PREFIX).pod_namespace(uid))
+
+    def exec(self, role: str, argv: Sequence[str], timeout: float = 120) -> str:
+        """``argv`` in the pod's first container, as its user with its env (kubectl exec)."""
+        pod = self.pod(role)
+        plan = PodPlan.from_json(json.loads((self._folder(pod) / "pod.json").read_text()))
+        container = next(
+            c for c in plan.containers if c.name == pod["spec"]["containers"][0]["name"]
+        )
+        init = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("local://"))
+        command = enter_command(init, container, list(argv))
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    def check_ray(self, tensor: int) -> None:
+        """One alive Ray node per pod of the group, with its mocked GPUs (serving_checks)."""
+        nodes = parse_ray_nodes(self.exec("head", ["python", "-c", RAY_NODES_SCRIPT]))
+        ips = [p["status"]["podIP"] for role in ("head", "worker") for p in self.pods(role)]
+        check_ray(nodes, ips, tensor)
 
     def kill(self, role: str) -> None:
         """SIGKILL the first ``role`` pod's first container (its init: every process of it

@@ -191,3 +191,60 @@ def _render_job(release: str) -> str:
          "--set", "model.uri=pvc://models/tiny-llama"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+
+
+def test_an_upgrade_rolls_the_group_once_when_kserve_reconciles_between_helms_applies(
+    cluster: RealCluster,
+) -> None:
+    """Helm applies the kinds it does not know in alphabetical order: the InferenceService, then
+    the ServingRuntime (kind_sorter.go). Here the same two applies, in that order, with KServe's
+    reconcile of the first one finished before the second: the group's head rolls once, to the
+    new spec. (With a runtime named the same across specs KServe rolled it twice: first with the
+    new InferenceService and the old runtime, then with the new runtime.)"""
+    release, isvc = "order", "order-multinode-llm"
+    _apply(cluster, render_pending(release, NAMESPACE, cluster.kserve))
+    wait_for(lambda: len(_deployments(cluster, isvc)) == 2, 120, f"{isvc}'s Deployments")
+    before = _head_replica_sets(cluster, isvc)
+    after = render_pending(
+        release, NAMESPACE, cluster.kserve, "image.tag=0.1.0-rc1",
+        "vllm.args={--max-model-len=256,--max-num-seqs=8}",
+    )  # fmt: skip
+    spec = _group_spec(after)
+    _apply(cluster, [o for o in after if o["kind"] == "InferenceService"])
+    wait_for(
+        lambda: _head_replica_sets(cluster, isvc) != before or _missing_runtime(cluster, isvc),
+        120,
+        "KServe to reconcile the new InferenceService before the runtime is applied",
+    )
+    _apply(cluster, [o for o in after if o["kind"] != "InferenceService"])
+    wait_for(lambda: _head_spec(cluster, isvc) == spec, 120, "the head Deployment's new spec")
+    rolled = _head_replica_sets(cluster, isvc) - before
+    assert len(rolled) == 1, f"the head rolled {len(rolled)} times: {sorted(rolled)}"
+
+
+def _head_replica_sets(cluster: RealCluster, isvc: str) -> set[str]:
+    found = cluster.items("replicasets", "-n", NAMESPACE)
+    return {
+        rs["metadata"]["name"]
+        for rs in found
+        if any(
+            o["name"] == f"{isvc}-predictor" for o in rs["metadata"].get("ownerReferences") or []
+        )
+    }
+
+
+def _missing_runtime(cluster: RealCluster, isvc: str) -> bool:
+    return any("No ServingRuntimes" in e for e in events(cluster, NAMESPACE, isvc))
+
+
+def _group_spec(objects: list[Obj]) -> str:
+    runtime = next(o for o in objects if o["kind"].endswith("ServingRuntime"))
+    env = runtime["spec"]["containers"][0]["env"]
+    return str(next(e["value"] for e in env if e["name"] == "MULTINODE_LLM_GROUP_SPEC"))
+
+
+def _head_spec(cluster: RealCluster, isvc: str) -> str:
+    head = cluster.get("-n", NAMESPACE, f"deployment/{isvc}-predictor")
+    container = head["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
+    return str(env.get("MULTINODE_LLM_GROUP_SPEC", ""))

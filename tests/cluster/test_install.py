@@ -8,6 +8,8 @@ or upgrade come last.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +67,33 @@ def test_a_chat_completion_comes_back_through_the_predictor_service(group: Insta
     checks.check_streaming_chat(group)
 
 
+def test_the_kserve_v2_routes_and_the_metrics_answer(group: Installed) -> None:
+    checks.check_v2(group)
+    checks.check_metrics(group)
+
+
+def test_ray_shows_one_node_per_pod_with_one_gpu_each(group: Installed) -> None:
+    group.check_ray(tensor=1)
+
+
+def test_the_readiness_job_ends_on_this_group_and_only_on_its_spec(group: Installed) -> None:
+    """The chart's readiness Job, as rendered for this release, run against the predictor Service
+    from here: it ends for the group's own spec, and not for another one."""
+    job = next(
+        o for o in group.manifest() if o["kind"] == "Job" and "-ready-" in o["metadata"]["name"]
+    )
+    args = list(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    urls = [group.base_url]  # the Service's in-cluster names do not resolve on this machine
+    spec = args[args.index("--group-spec") + 1]
+    for asked, code in ((spec, 0), ("000000000000", 1)):
+        argv = [sys.executable, "-m", "multinode_llm", "await-group", *urls, "--model",
+                group.model, "--group-spec", asked, "--timeout", "60" if code == 0 else "3",
+                "--interval", "1"]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == code, done.stdout + done.stderr
+    assert "not 000000000000" in done.stderr
+
+
 def test_kserve_reports_the_group_as_its_release_does(group: Installed) -> None:
     """0.16.0-0.19.0 never report a multi-node group Ready (kserve-releases.yaml, never-ready):
     PredictorReady stays Unknown with both Deployments available."""
@@ -97,13 +126,24 @@ def test_helm4_default_wait_reads_kserve_readiness(group: Installed) -> None:
 
 
 def test_a_killed_worker_heals(group: Installed) -> None:
+    """The head's own watch sees the worker's raylet refuse connections and exits 1 (not vLLM's
+    executor, which takes tens of seconds); kubelet restarts both, and they form again."""
     took = group.heals_after_killing("worker")
     record(f"KServe {group.cluster.kserve}", "killed worker -> serving again", took)
+    assert group.last_exit("head")["exitCode"] == 1
+    last = group.log("head", previous=True).splitlines()[-1]
+    assert "exit 1: lost worker " in last, last
+    group.check_ray(tensor=1)
 
 
 def test_a_killed_head_heals(group: Installed) -> None:
+    """The worker leaves as soon as its head's GCS refuses connections, or its restarted
+    supervisor shows a new Ray cluster, and joins the new head."""
     took = group.heals_after_killing("head")
     record(f"KServe {group.cluster.kserve}", "killed head -> serving again", took)
+    last = group.log("worker", previous=True).splitlines()[-1]
+    assert "refuses connections" in last or "restarted (a new Ray cluster)" in last, last
+    group.check_ray(tensor=1)  # the worker rejoined the new head
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,12 @@ from multinode_llm_local.kserve import releases
 from multinode_llm_testing import serving_checks as checks
 from realcluster import (
     CHART,
+    LOCAL_VALUES,
     TOOLS,
     Clusters,
     Installed,
     RealCluster,
+    events,
     install,
     render_pending,
     serving_lock,
@@ -73,7 +75,51 @@ def test_the_readme_install_serves_a_pp2_group_and_matches_the_emulation(
         checks.check_models(group)
         checks.check_streaming_chat(group)
         assert oracle.differences(group, group.manifest()) == []
+        _the_supervisors_derive_what_the_release_does_not_inject(group, release)
+        _a_second_release_waits_for_gpus(cluster, group, release)
         cluster.helm("uninstall", group.release, "--namespace", NAMESPACE, "--wait")
+
+
+def _the_supervisors_derive_what_the_release_does_not_inject(
+    group: Installed, release: releases.Release
+) -> None:
+    """0.15.0 injects no node or GPU count: the head and the workers derive them."""
+    if "RAY_NODE_COUNT" not in release.controller.head_env:
+        assert "derived RAY_NODE_COUNT=2 from PIPELINE_PARALLEL_SIZE" in group.log("head")
+    if "REQUEST_GPU_COUNT" not in release.controller.worker_env:
+        assert "derived REQUEST_GPU_COUNT=1 from TENSOR_PARALLEL_SIZE" in group.log("worker")
+
+
+def _a_second_release_waits_for_gpus(
+    cluster: RealCluster, group: Installed, release: releases.Release
+) -> None:
+    """A second release beside the first: its runtime passes the same webhooks, and its pods,
+    2 GPUs each where each node has 1 left, stay Pending, the real scheduler saying why; the
+    first keeps serving, and on a release whose readiness works it stays Ready."""
+    cluster.helm(
+        "install", "second", str(CHART), "--namespace", NAMESPACE, "-f", str(LOCAL_VALUES),
+        "--set", f"kserve.version={cluster.kserve}", "--set", "parallelism.tensor=2",
+        "--set", "readiness.enabled=false",
+    )  # fmt: skip
+    second = Installed(cluster, "second", NAMESPACE, "second-multinode-llm")
+    wait_for(lambda: len(second.pods("head") + second.pods("worker")) == 2, 120, "its 2 pods")
+    for role in ("head", "worker"):
+        pod = second.pod(role)
+        name = pod["metadata"]["name"]
+        wait_for(
+            lambda name=name: any(
+                "Insufficient nvidia.com/gpu" in e for e in events(cluster, NAMESPACE, name)
+            ),
+            120,
+            f"the scheduler to say why {name} waits",
+        )
+        assert pod["status"]["phase"] == "Pending"
+    assert group.serves()
+    if release.controller.readiness == "available":
+        isvc = cluster.get("-n", NAMESPACE, f"inferenceservice/{group.isvc}")
+        conditions = {c["type"]: c["status"] for c in isvc["status"]["conditions"]}
+        assert conditions["Ready"] == "True", conditions
+    cluster.helm("uninstall", "second", "--namespace", NAMESPACE, "--wait")
 
 
 def test_a_refused_release_does_what_the_refusal_says(cluster: RealCluster) -> None:
