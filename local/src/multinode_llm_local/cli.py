@@ -235,7 +235,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="VERSION",
-        help="KServe releases to build (repeatable); default: every one local/go has",
+        help="KServe releases to build (repeatable), or 'all' for every one local/go has; "
+        "default: the chart's default release",
     )
     status = commands.add_parser("status", help="the cluster's info and its processes")
     down = commands.add_parser("down", help="stop everything and remove it (safe to repeat)")
@@ -268,7 +269,8 @@ def _cluster(args: argparse.Namespace) -> int:
     if command == "build":
         modules = build.modules()
         names = ["kubernetes", "etcd", "coredns", "kube-rbac-proxy"]
-        versions = args.kserve_version or real_kserve.built_versions()
+        asked = args.kserve_version or [""]
+        versions = real_kserve.built_versions() if "all" in asked else asked
         names += [real_kserve.resolve(v).module.name for v in versions]
         for name in names:
             print(build.build(modules[name], _progress))
