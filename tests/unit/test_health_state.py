@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from head_facts import SERVING
+from multinode_llm.health import exposition
 from multinode_llm.health.state import (
     ENGINE_SILENCE_LIMIT_S,
     HeadFacts,
@@ -107,7 +108,7 @@ def test_state_keeps_first_event_times_and_exposes_metrics() -> None:
     state.mark("group_complete")
     assert state.timeline["group_complete"] == first
     state.update(SERVING)
-    text = state.metrics()
+    text = exposition.metrics(state)
     assert 'multinode_llm_probe_ok{probe="live",role="head"} 1.0' in text
     assert 'multinode_llm_group_nodes{role="head"} 2.0' in text
     assert 'multinode_llm_event_seconds{event="group_complete",role="head"}' in text
@@ -118,9 +119,10 @@ def test_state_keeps_first_event_times_and_exposes_metrics() -> None:
 
 def test_the_group_spec_is_exported_only_when_the_chart_set_one() -> None:
     state = HealthState(role="head")
-    assert "multinode_llm_group_info" not in state.metrics()
+    assert "multinode_llm_group_info" not in exposition.metrics(state)
     state.group_spec = "0123abcd"
-    assert 'multinode_llm_group_info{group_spec="0123abcd",role="head"} 1.0' in state.metrics()
+    info = 'multinode_llm_group_info{group_spec="0123abcd",role="head"} 1.0'
+    assert info in exposition.metrics(state)
     assert state.status()["group_spec"] == "0123abcd"
 
 
@@ -167,7 +169,7 @@ def test_mp_worker_states() -> None:
     )
     state.update(replace(MP_WORKER, head_reachable=False))
     assert state.kill_cause() == "head_lost"
-    assert 'multinode_llm_head_reachable{role="worker"} 0.0' in state.metrics()
-    assert 'multinode_llm_worker_joined{role="worker"} 1.0' in state.metrics()
+    assert 'multinode_llm_head_reachable{role="worker"} 0.0' in exposition.metrics(state)
+    assert 'multinode_llm_worker_joined{role="worker"} 1.0' in exposition.metrics(state)
     state.update(replace(MP_WORKER, engine_running=False))
-    assert 'multinode_llm_worker_joined{role="worker"} 0.0' in state.metrics()
+    assert 'multinode_llm_worker_joined{role="worker"} 0.0' in exposition.metrics(state)

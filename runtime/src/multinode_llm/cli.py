@@ -23,12 +23,12 @@ from multinode_llm.errors import UserError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "head": (
-        "multinode_llm.group.head",
+        "multinode_llm.group.head_command",
         "run vLLM's OpenAI server and the group's head: Ray's, or vLLM's own with --executor mp "
         "(KServe head pod)",
     ),
     "worker": (
-        "multinode_llm.group.worker",
+        "multinode_llm.group.worker_command",
         "join the head's group: its Ray cluster, or a node rank with --executor mp "
         "(KServe worker pod)",
     ),

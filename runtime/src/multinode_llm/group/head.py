@@ -1,4 +1,5 @@
-"""`multinode-llm head`: the Ray head and vLLM's OpenAI server, supervised as one group.
+"""The head's supervisor (`multinode-llm head`, group/head_command.py): the Ray head and vLLM's
+OpenAI server, supervised as one group.
 
 1. Start the Ray head (`ray start --head --block`) on POD_IP, pinned ports, this pod's GPUs.
 2. Start vLLM right away, beside Ray (``--early-engine-start``, the default): its imports,
@@ -17,20 +18,16 @@ with its deadline, the monitor loop and the children's checks.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from multinode_llm import compile_cache
-from multinode_llm.config import HeadConfig, head_config
-from multinode_llm.errors import UserError
-from multinode_llm.group import arguments, ray_node
+from multinode_llm.config import HeadConfig
+from multinode_llm.group import ray_node
 from multinode_llm.group.cluster import ClusterView
 from multinode_llm.group.head_watch import GroupWatch
 from multinode_llm.group.network import collective_env
@@ -43,8 +40,6 @@ from multinode_llm.staging.layout import NotStagedError, read_ref, staged_model
 
 log = logging.getLogger("multinode_llm.head")
 
-ACCEPTS_EXTRA_ARGS = True  # everything the head does not own goes to vLLM untouched
-
 ENGINE_STOP_GRACE_S = 10.0  # in-flight requests finish; fits kubelet's default 30 s grace period
 FAILED_STOP_GRACE_S = 2.0  # a failed group has nothing to finish; vLLM ignores SIGTERM mid-start
 PROGRESS_EVERY_S = 10.0
@@ -52,31 +47,6 @@ PROGRESS_EVERY_S = 10.0
 # after the engine, and asking a vLLM that does not listen yet costs a refused connection.
 ENGINE_POLL_S = 0.2
 MODEL_POLL_S = 2.0  # how often the head looks for the staged model while the download runs
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    arguments.add_node_arguments(parser)
-    group = parser.add_argument_group("the model and its parallelism (also passed to vLLM)")
-    group.add_argument("--model", help="model directory or Hub id (env MODEL_DIR, else MODEL_ID)")
-    group.add_argument(
-        "--served-model-name", nargs="+", help="name(s) clients ask for (env MODEL_NAME)"
-    )
-    group.add_argument(
-        "--tensor-parallel-size", "-tp", type=int, help="GPUs per node (env TENSOR_PARALLEL_SIZE)"
-    )
-    group.add_argument(
-        "--pipeline-parallel-size",
-        "-pp",
-        type=int,
-        help="pipeline stages (env PIPELINE_PARALLEL_SIZE)",
-    )
-    group.add_argument("--port", type=int, help="vLLM's HTTP port (default 8080)")
-    group.add_argument(
-        "--early-engine-start",
-        action=argparse.BooleanOptionalAction,
-        help="start vLLM while the workers join, so its start-up overlaps the wait (default on)",
-    )
-    parser.epilog = "Any other argument is passed to vLLM's OpenAI server unchanged."
 
 
 class Progress(Protocol):
@@ -96,29 +66,6 @@ class Watch(Protocol):
     async def refresh(self, engine: Child | None) -> Progress: ...
 
     async def close(self) -> None: ...
-
-
-def run(args: argparse.Namespace) -> int:
-    flags = arguments.overrides(args)
-    flags["vllm_args"] = list(getattr(args, "extra_args", []))
-    config = head_config(os.environ, flags)
-    if config.model_is_dir and not Path(config.model).is_dir():
-        raise UserError(
-            f"the model directory {config.model} does not exist: check MODEL_DIR (KServe mounts "
-            "the storageUri at /mnt/models) or pass --model with a directory or a Hub model id"
-        )
-    supervisor = HeadSupervisor(config)
-    if config.node.mp:
-        from multinode_llm.group.mp_head import MpHeadSupervisor  # it builds on this module
-
-        supervisor = MpHeadSupervisor(config)
-    code = asyncio.run(supervisor.run())
-    # Every child is stopped by now. Exit without running atexit handlers: the Ray driver's would
-    # wait a minute for a GCS that is gone when Ray died.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 class HeadSupervisor(Supervisor):

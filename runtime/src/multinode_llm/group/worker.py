@@ -1,4 +1,5 @@
-"""`multinode-llm worker`: join the head's Ray cluster, and leave loudly when the head is gone.
+"""The worker's supervisor (`multinode-llm worker`, group/worker_command.py): join the head's Ray
+cluster, and leave loudly when the head is gone.
 
 1. Wait for the head's Ray GCS (HEAD_SVC.POD_NAMESPACE.svc.cluster.local:RAY_PORT) with a deadline
    and capped backoff, logging progress, and for a head run that can still take a node (its
@@ -16,7 +17,6 @@ from the head's roster and vLLM headless, no Ray.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -25,8 +25,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from multinode_llm import compile_cache
-from multinode_llm.config import WorkerConfig, worker_config
-from multinode_llm.group import arguments, ray_node
+from multinode_llm.config import WorkerConfig
+from multinode_llm.group import ray_node
 from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
 from multinode_llm.group.progress import backoff
@@ -53,23 +53,6 @@ log = logging.getLogger("multinode_llm.worker")
 HEAD_LOSS_GRACE_S = 5.0  # a head silent this long is gone: a blip shorter than this is tolerated
 LOST_HEAD_STOP_GRACE_S = 1.0
 PROGRESS_EVERY_S = 10.0
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    arguments.add_node_arguments(parser)
-    parser.add_argument(
-        "--head-address",
-        help="the head's host name or IP (default: HEAD_SVC.POD_NAMESPACE.svc.CLUSTER_DOMAIN)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    config = worker_config(os.environ, arguments.overrides(args))
-    if config.node.mp:
-        from multinode_llm.group.mp_worker import MpWorkerSupervisor
-
-        return asyncio.run(MpWorkerSupervisor(config).run())
-    return asyncio.run(WorkerSupervisor(config).run())
 
 
 class WorkerSupervisor(Supervisor):

@@ -17,6 +17,13 @@ from prometheus_client.registry import Collector
 from multinode_llm.health.state import HeadFacts, HealthState, WorkerFacts
 
 
+def metrics(state: HealthState) -> str:
+    """The text exposition of ``state``, from its registry (made at the first scrape)."""
+    if state.registry is None:
+        state.registry = registry(state)
+    return render(state.registry)
+
+
 def registry(state: HealthState) -> CollectorRegistry:
     """A registry that exports ``state`` as it is at each scrape."""
     registry = CollectorRegistry()

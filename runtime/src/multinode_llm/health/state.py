@@ -194,8 +194,8 @@ class HealthState:
     compile_cache_key: dict[str, str] | None = None
     # Restarts of this pod's supervisor by cause (health/restarts.py); every cause from the start.
     restarts: dict[str, int] = field(default_factory=zero_counts)
-    # This supervisor's own metrics registry, made at the first scrape: several states in one
-    # process (the tests) never collide in prometheus_client's global one.
+    # This supervisor's own metrics registry, made at its first scrape (exposition.metrics):
+    # several states in one process (the tests) never collide in prometheus_client's global one.
     registry: CollectorRegistry | None = field(default=None, init=False, repr=False, compare=False)
 
     def mark(self, event: str) -> None:
@@ -227,16 +227,6 @@ class HealthState:
             "compile_cache_key": self.compile_cache_key,
             "uptime_s": round(time.monotonic() - self.started_at, 3),
         }
-
-    def metrics(self) -> str:
-        """Prometheus text exposition of the state (health/exposition.py)."""
-        # Imported here, not at the top: the exec probe's CLI imports this module, and
-        # prometheus_client would add about 50 ms to every probe.
-        from multinode_llm.health import exposition
-
-        if self.registry is None:
-            self.registry = exposition.registry(self)
-        return exposition.render(self.registry)
 
     def checks(self) -> list[tuple[str, Check]]:
         """(probe name, its check) for startup, ready and live."""
