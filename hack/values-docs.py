@@ -322,9 +322,13 @@ helm install qwen oci://ghcr.io/multinode-llm/charts/{name} --version {version} 
   --namespace llm --create-namespace \\
   --set model.uri=hf://Qwen/Qwen2.5-0.5B-Instruct \\
   --set parallelism.tensor=2 --set parallelism.pipeline=2 \\
-  --wait --wait-for-jobs --timeout 3h
+  --wait=legacy --wait-for-jobs --timeout 3h    # Helm 3: --wait --wait-for-jobs
 helm test qwen --namespace llm
 ```
+
+Helm 4 needs `--wait=legacy`: its default `--wait` reads the InferenceService's `Ready`, which
+KServe 0.16.0 to 0.19.0 never set for a multi-node group, so it runs into `--timeout` while the
+group serves. The readiness Job that `--wait-for-jobs` waits on is the signal on every release.
 
 Settings KServe would reject are refused at install time with a message naming the value and the
 fix. The repository's README and docs/ cover the model cache, monitoring, placement and upgrades.
