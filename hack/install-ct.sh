@@ -27,8 +27,12 @@ CONF="$TOOLS_DIR/ct"
 die() { echo "install-ct: $*" >&2; exit 1; }
 
 installed() {
-  [[ -x $BIN && -f $CONF/chart_schema.yaml && -f $CONF/lintconf.yaml ]] &&
-    "$BIN" version 2>/dev/null | grep -q "Version:[[:space:]]*$VERSION\$"
+  [[ -x $BIN && -f $CONF/chart_schema.yaml && -f $CONF/lintconf.yaml ]] || return 1
+  # Read all of ct's output first: `ct version | grep -q` fails under pipefail whenever grep exits
+  # before ct has written its last line (ct then dies of SIGPIPE).
+  local reported
+  reported=$("$BIN" version 2>/dev/null) || return 1
+  grep -q "Version:[[:space:]]*$VERSION\$" <<<"$reported"
 }
 
 installed && exit 0
