@@ -503,7 +503,8 @@ def _plot_throughput(plt: Any, figures: Sequence[Record]) -> Any:
 
 def _plot_cache(plt: Any, figures: Sequence[Record]) -> Any:
     panels = [
-        ("warm: one large blob", [f for f in figures if f["name"].startswith("warm")]),
+        ("warm: one large blob", [f for f in figures if f["unit"] == "MB/s"]),
+        ("warm: CPU seconds per GB sent", [f for f in figures if f["unit"] == "CPU s/GB"]),
         ("cold fan-out: time to all 4 nodes", [f for f in figures if f["unit"] == "s"]),
         ("cold fan-out: upstream bytes", [f for f in figures if f["unit"] == "x model"]),
     ]

@@ -1,16 +1,22 @@
-"""The cache benchmark's entry point runs and reports a ratio (tiny blob, figures unchecked)."""
+"""The cache benchmark's harness: it runs, reports throughput and CPU per GB (tiny blob, figures
+unchecked), and reads the CPU of the processes it names."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from bench import cache_vs_nginx
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "cache_vs_nginx.py"
+LABELS = ("one_client", "2_clients", "range")
 
 
 @pytest.mark.skipif(
@@ -24,7 +30,7 @@ def test_cache_vs_nginx_benchmark_runs(tmp_path):
         "--size-mib",
         "4",
         "--runs",
-        "1",
+        "2",
         "--clients",
         "2",
         "--out",
@@ -33,6 +39,35 @@ def test_cache_vs_nginx_benchmark_runs(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "cache/nginx" in result.stdout
-    figures = json.loads((tmp_path / "cache-vs-nginx.json").read_text())
-    assert figures["ratio_one_client"] > 0
-    assert figures["size_bytes"] == 4 << 20
+    assert "CPU s/GB" in result.stdout
+    results = json.loads((tmp_path / "cache-vs-nginx.json").read_text())
+    assert results["size_bytes"] == 4 << 20
+    for label in LABELS:
+        assert results[f"ratio_{label}"] > 0
+        for server in ("cache", "nginx"):
+            assert results[f"{server}_{label}_cpu_s_per_gb"] >= 0  # 4 MiB may take under a tick
+    figures = cache_vs_nginx.figures(results)
+    cpu = [figure for figure in figures if figure.unit == cache_vs_nginx.CPU_UNIT]
+    assert len(cpu) == len(figures) // 2 == len(LABELS)
+    assert all(figure.goal and figure.goal.op == "<=" for figure in cpu)
+    assert [f.name for f in figures if f.goal and f.goal.op == ">="] == [
+        "warm blob, 1 client: throughput",
+        "warm blob, 2 clients: throughput",
+    ]
+
+
+def test_cpu_seconds_count_every_thread_of_the_process():
+    before = cache_vs_nginx.cpu_seconds((os.getpid(),))
+    spent = time.process_time()
+    while time.process_time() - spent < 0.3:
+        pass
+    assert cache_vs_nginx.cpu_seconds((os.getpid(),)) - before >= 0.2
+
+
+def test_a_servers_processes_are_it_and_its_children():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert cache_vs_nginx.with_children(os.getpid()) == (os.getpid(), child.pid)
+    finally:
+        child.kill()
+        child.wait()
