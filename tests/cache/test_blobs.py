@@ -218,13 +218,46 @@ def test_a_warm_cache_serves_while_the_hub_is_down(fake_hub, start_cache, tmp_pa
     assert Path(again).read_bytes() == Path(first).read_bytes() == files[SHARD]
 
 
-def test_transfers_go_on_in_the_event_loop_when_every_sender_thread_is_busy(
+def test_many_clients_at_once_get_whole_blobs_and_ranges_and_every_byte_is_counted(
+    fake_hub, start_cache
+):
+    """More transfers at once than the cache ever had sender threads, all from the event loop;
+    ``served_bytes_total`` counts exactly the body bytes that left."""
+    content = model_files(seed=30)[SHARD]
+    repo = fake_hub.add(FakeRepo("org/many", {SHARD: content}))
+    cache = start_cache()
+    url = f"/org/many/resolve/{repo.commit}/{SHARD}"
+    assert raw_request(cache.url, "GET", url)[2] == content  # the fill: stored from now on
+    ranges = [None, "bytes=1000-", "bytes=-5000", "bytes=4096-1048575"] * 10
+
+    def fetch(header: str | None) -> bytes:
+        status, _, body = raw_request(cache.url, "GET", url, {"Range": header} if header else {})
+        assert status == (206 if header else 200)
+        return body
+
+    with ThreadPoolExecutor(len(ranges)) as pool:
+        bodies = list(pool.map(fetch, ranges))
+    size = len(content)
+    for header, body in zip(ranges, bodies, strict=True):
+        first, _, last = (header or "bytes=0-").removeprefix("bytes=").partition("-")
+        start = size - int(last) if not first else int(first)
+        end = int(last) + 1 if first and last else size
+        assert body == content[start:end], header
+    metrics = cache.metrics()
+    assert metrics["hits_total"] == len(ranges)
+    assert metrics["served_bytes_total"] == size + sum(len(body) for body in bodies)
+
+
+def test_a_body_behind_bytes_the_transport_still_holds_goes_by_asyncios_sendfile(
     fake_hub, tmp_path, monkeypatch
 ):
-    """In-process, with no sender thread free: bytes still go out by the event loop's sendfile."""
+    """In-process, with every transport reporting bytes it still holds (headers a full socket did
+    not take): the body waits for them and goes out by asyncio's sendfile, intact and counted."""
     files = model_files(seed=27)
     repo = fake_hub.add(FakeRepo("org/busy", files))
-    monkeypatch.setattr(responses._SENDERS, "busy", responses._SENDERS.threads)
+    monkeypatch.setattr(
+        asyncio.selector_events._SelectorSocketTransport, "get_write_buffer_size", lambda _: 1
+    )
     settings = Settings(
         upstream=fake_hub.url, store=tmp_path / "store", port=free_port(), host="127.0.0.1"
     )

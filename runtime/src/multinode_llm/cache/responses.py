@@ -1,25 +1,29 @@
 """Blob bodies on the wire: the kernel's sendfile from the store, Python only to start and finish.
 
-Only verified bytes are ever sent to a client. A stored blob is sent with sendfile(2): the bytes go
-from the page cache to the socket without entering Python, from worker threads so that many
-transfers use every core. A client's request for a blob still being filled waits for the fill to be
-verified before its status line, so a failed fill is answered with a plain error (502, 507) and
-never with a cut body a client could resume into a wrong file. A peer's request (``send_filling``)
-is answered as the bytes land, since the peer hashes them itself: its status line once the first
-byte it asked for is in, the blob's last byte once the fill is verified, and the connection cut
-(never a clean short end) when the fill fails or starts over. While either waits, an HTTP/1.1 client
-gets a ``100 Continue`` every ``INTERIM`` seconds: interim responses every client skips (RFC 9110
-15.2; Python's http.client, httpx, aiohttp, hyper and curl do), which keep its read timeout from
-expiring during a long fill.
+Only verified bytes are ever sent to a client. A stored blob is sent with sendfile(2) from the event
+loop's thread: the bytes go from the page cache to the socket without entering Python, which only
+makes the next call each time the socket can take more (about once per socket buffer), as nginx
+does. A transfer that moves no byte for ``STALL_TIMEOUT`` seconds (a client that stopped reading)
+is dropped, and each byte sent is counted for the metrics. A client's request for a blob still
+being filled waits for the fill to be verified before its status line, so a failed fill is answered
+with a plain error (502, 507) and never with a cut body a client could resume into a wrong file. A
+peer's request (``send_filling``) is answered as the bytes land, since the peer hashes them itself:
+its status line once the first byte it asked for is in, the blob's last byte once the fill is
+verified, and the connection cut (never a clean short end) when the fill fails or starts over.
+While either waits, an HTTP/1.1 client gets a ``100 Continue`` every ``INTERIM`` seconds: interim
+responses every client skips (RFC 9110 15.2; Python's http.client, httpx, aiohttp, hyper and curl
+do), which keep its read timeout from expiring during a long fill.
 
 aiohttp's ``web.FileResponse`` is not used for stored blobs, though it does Range and sendfile. It
-sends from the event loop's one thread with no bound on a client that stops reading (here: the
-worker threads and ``STALL_TIMEOUT``), puts its own entity tag (the file's mtime and size) over the
-Hub's ``ETag`` and judges ``If-Match``/``If-None-Match`` against it (a client's ``If-Match`` with
-the Hub's tag would get 412), answers 416 where RFC 9110 says to ignore a Range (another unit,
-several ranges, ``bytes=1-0``; ranges.py sends the whole file), and cannot count the bytes it sent.
-Measured on the 2-core development machine, eight concurrent warm downloads of a 256 MiB blob got
-about 15% less from it (DEVELOPERS.md, "The Hub cache").
+has no bound on a client that stops reading, puts its own entity tag (the file's mtime and size)
+over the Hub's ``ETag`` and judges ``If-Match``/``If-None-Match`` against it (a client's
+``If-Match`` with the Hub's tag would get 412), answers 416 where RFC 9110 says to ignore a Range
+(another unit, several ranges, ``bytes=1-0``; ranges.py sends the whole file), and cannot count the
+bytes it sent. asyncio's ``loop.sendfile``, which FileResponse uses, is only the fallback here (see
+``_send``): it adds the socket to epoll and removes it again around every wait, and bounds nothing.
+This module used to run sendfile in worker threads, one blocked in poll(2) per transfer; the kernel
+does the copying either way, so the loop's one thread needs no helpers to keep many clients busy
+(DEVELOPERS.md, "The Hub cache", has the figures against nginx).
 """
 
 from __future__ import annotations
@@ -27,10 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
-import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 from aiohttp import HttpVersion11, web
@@ -43,25 +44,11 @@ log = logging.getLogger(__name__)
 
 STALL_TIMEOUT = 120.0  # seconds a client may read nothing before its transfer is dropped
 INTERIM = 1.0  # seconds between interim responses to a client waiting for a fill
-LOOP_PIECE = 8 << 20  # bytes per event-loop sendfile, each given STALL_TIMEOUT
-_POLL_MS = 1000
+# Bytes per call of asyncio's sendfile (the fallback), each call given STALL_TIMEOUT.
+LOOP_PIECE = 8 << 20
 _INTERIM_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class _Senders:
-    """Threads for sendfile; when all are busy, a transfer runs in the event loop, not a queue."""
-
-    def __init__(self, threads: int) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sendfile")
-        self.threads = threads
-        self.busy = 0
-
-    @property
-    def available(self) -> bool:
-        return self.busy < self.threads
-
-
-_SENDERS = _Senders(32)
 _DISCONNECTS = (ConnectionError, TimeoutError)
 
 
@@ -180,69 +167,110 @@ async def _send(
     if transport is None or transport.is_closing():
         raise ConnectionResetError("client connection closed")
     sock = transport.get_extra_info("socket")
-    if sock is not None and not transport.get_write_buffer_size() and _SENDERS.available:
-        sent = await _send_in_thread(transport, sock.fileno(), file, offset, count)
-    else:
+    # Bytes the transport still holds (headers a full socket did not take) must go first: asyncio's
+    # own sendfile waits for them, the kernel path cannot.
+    if sock is None or transport.get_write_buffer_size():
         sent = await _send_in_loop(response, transport, file, offset, count)
-    metrics.served_bytes_total += sent
+        metrics.served_bytes_total += sent
+    else:
+        sender = _KernelSend(transport, sock.fileno(), file.fileno(), offset, count)
+        try:
+            await sender.run()
+        finally:
+            metrics.served_bytes_total += sender.sent  # also what a dropped transfer sent
+        sent = sender.sent
     if sent != count:
         raise ConnectionResetError(f"sent {sent} of {count} bytes")
 
 
-async def _send_in_thread(
-    transport: asyncio.Transport, sock_fd: int, file: BinaryIO, offset: int, count: int
-) -> int:
-    """sendfile(2) from a worker thread, so that transfers to many clients use every core.
+class _KernelSend:
+    """sendfile(2) from the event loop's thread: one call each time the socket can take more.
 
-    The event loop's own ``loop.sendfile`` runs each transfer's syscalls on the loop's one thread;
-    here the thread blocks in poll(2) while the socket is full. The loop leaves the socket alone
-    meanwhile: nothing else writes to it (the response is ours) and reading is paused, as
-    ``loop.sendfile`` does too. The thread works on its own duplicates of the socket and the
-    file, so a connection or file closed under it can never make it write into another
-    connection or read from another file.
+    The socket stays registered for writing for the whole transfer (the selector is level
+    triggered: it reports the socket as long as it has room), so a turn of the loop costs one
+    epoll_wait and one sendfile. The transport leaves the socket alone meanwhile: nothing else
+    writes to it (the response is ours, its buffer empty) and reading is paused, as asyncio's own
+    sendfile does. The transfer works on its own duplicates of the socket and the file, so a
+    connection or file closed under it can never make it write into another connection or read
+    from another file, and it stops once the transport is closing.
     """
-    was_reading = transport.is_reading()
-    transport.pause_reading()
-    stop = threading.Event()
-    sock_copy, file_copy = os.dup(sock_fd), os.dup(file.fileno())
-    loop = asyncio.get_running_loop()
-    _SENDERS.busy += 1
-    try:
-        return await loop.run_in_executor(
-            _SENDERS.pool, _sendfile_blocking, sock_copy, file_copy, offset, count, stop
-        )
-    finally:
-        _SENDERS.busy -= 1
-        stop.set()  # also ends the thread's work if this coroutine was cancelled
-        if was_reading and not transport.is_closing():
-            transport.resume_reading()
 
+    def __init__(
+        self, transport: asyncio.Transport, sock_fd: int, file_fd: int, offset: int, count: int
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.transport = transport
+        self.offset, self.count, self.sent = offset, count, 0
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.moved = self.loop.time()  # when the socket last took a byte
+        self.timer: asyncio.TimerHandle | None = None
+        self.watching = False
+        self.sock = os.dup(sock_fd)
+        try:
+            self.file = os.dup(file_fd)
+        except OSError:
+            os.close(self.sock)
+            raise
 
-def _sendfile_blocking(
-    sock_fd: int, file_fd: int, offset: int, count: int, stop: threading.Event
-) -> int:
-    poller = select.poll()
-    poller.register(sock_fd, select.POLLOUT)
-    sent, stalled = 0, 0.0
-    try:
-        while sent < count and not stop.is_set():
-            try:
-                written = os.sendfile(sock_fd, file_fd, offset + sent, count - sent)
-            except BlockingIOError:
-                if poller.poll(_POLL_MS):
-                    stalled = 0.0
-                else:
-                    stalled += _POLL_MS / 1000
-                    if stalled >= STALL_TIMEOUT:
-                        raise TimeoutError(f"client read nothing for {STALL_TIMEOUT} s") from None
-                continue
-            if written == 0:  # the file ended early
-                break
-            sent += written
-        return sent
-    finally:
-        os.close(sock_fd)
-        os.close(file_fd)
+    async def run(self) -> None:
+        """Send it all, or raise: the socket's error, ConnectionResetError, TimeoutError."""
+        was_reading = self.transport.is_reading()
+        self.transport.pause_reading()
+        try:
+            self._write()  # most sockets take a first buffer's worth at once
+            if not self.done.done():
+                self.loop.add_writer(self.sock, self._write)
+                self.watching = True
+                self.timer = self.loop.call_at(self.moved + STALL_TIMEOUT, self._check_stall)
+            await self.done
+        finally:
+            self._stop()  # also when the request's task was cancelled
+            os.close(self.sock)
+            os.close(self.file)
+            if was_reading and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    def _write(self) -> None:
+        if self.done.done():
+            return
+        if self.transport.is_closing():
+            self._end(ConnectionResetError("the connection closed during a transfer"))
+            return
+        try:
+            written = os.sendfile(
+                self.sock, self.file, self.offset + self.sent, self.count - self.sent
+            )
+        except (BlockingIOError, InterruptedError):
+            return  # the socket is full: wait for its room
+        except OSError as error:
+            self._end(error)
+            return
+        self.sent += written
+        self.moved = self.loop.time()
+        if written == 0 or self.sent == self.count:  # done, or the file ended early (_send says)
+            self._end(None)
+
+    def _check_stall(self) -> None:
+        # One timer per transfer, moved on only when it fires, not once per sendfile.
+        if self.loop.time() - self.moved >= STALL_TIMEOUT:
+            self._end(TimeoutError(f"client read nothing for {STALL_TIMEOUT} s"))
+        else:
+            self.timer = self.loop.call_at(self.moved + STALL_TIMEOUT, self._check_stall)
+
+    def _end(self, error: BaseException | None) -> None:
+        self._stop()  # before the waiter wakes: no further sendfile may run
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
+
+    def _stop(self) -> None:
+        if self.watching:
+            self.loop.remove_writer(self.sock)
+            self.watching = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 async def _send_in_loop(
