@@ -227,7 +227,8 @@ def test_many_clients_at_once_get_whole_blobs_and_ranges_and_every_byte_is_count
     repo = fake_hub.add(FakeRepo("org/many", {SHARD: content}))
     cache = start_cache()
     url = f"/org/many/resolve/{repo.commit}/{SHARD}"
-    assert raw_request(cache.url, "GET", url)[2] == content  # the fill: stored from now on
+    assert raw_request(cache.url, "GET", url)[2] == content  # the fill
+    wait_until(lambda: cache.metrics()["fills_in_flight"] == 0, 20, "the fill to be put away")
     ranges = [None, "bytes=1000-", "bytes=-5000", "bytes=4096-1048575"] * 10
 
     def fetch(header: str | None) -> bytes:

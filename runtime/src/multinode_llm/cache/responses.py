@@ -1,15 +1,16 @@
 """Blob bodies on the wire: the kernel's sendfile from the store, Python only to start and finish.
 
-Only verified bytes are ever sent to a client. A stored blob is sent with sendfile(2) from the event
-loop's thread: the bytes go from the page cache to the socket without entering Python, which only
-makes the next call each time the socket can take more (about once per socket buffer), as nginx
-does. A transfer that moves no byte for ``STALL_TIMEOUT`` seconds (a client that stopped reading)
-is dropped, and each byte sent is counted for the metrics. A client's request for a blob still
-being filled waits for the fill to be verified before its status line, so a failed fill is answered
-with a plain error (502, 507) and never with a cut body a client could resume into a wrong file. A
-peer's request (``send_filling``) is answered as the bytes land, since the peer hashes them itself:
-its status line once the first byte it asked for is in, the blob's last byte once the fill is
-verified, and the connection cut (never a clean short end) when the fill fails or starts over.
+Only verified bytes are ever sent to a client. A stored blob is sent with sendfile(2): the bytes go
+from the page cache to the socket without entering Python, which only makes the next call each time
+the socket can take more (about once per socket buffer), from a sender loop, a thread with its own
+epoll as an nginx worker has (one per transfer, up to ``SENDER_LOOPS``, so that a few clients use
+every core). A transfer that moves no byte for ``STALL_TIMEOUT`` seconds (a client that stopped
+reading) is dropped, and each byte sent is counted for the metrics. A client's request for a blob
+still being filled waits for the fill to be verified before its status line, so a failed fill is
+answered with a plain error (502, 507) and never with a cut body a client could resume into a wrong
+file. A peer's request (``send_filling``) is answered as the bytes land, since the peer hashes them
+itself: its status line once the first byte it asked for is in, the blob's last byte once the fill
+is verified, and the connection cut (never a clean short end) when the fill fails or starts over.
 While either waits, an HTTP/1.1 client gets a ``100 Continue`` every ``INTERIM`` seconds: interim
 responses every client skips (RFC 9110 15.2; Python's http.client, httpx, aiohttp, hyper and curl
 do), which keep its read timeout from expiring during a long fill.
@@ -21,16 +22,22 @@ over the Hub's ``ETag`` and judges ``If-Match``/``If-None-Match`` against it (a 
 (another unit, several ranges, ``bytes=1-0``; ranges.py sends the whole file), and cannot count the
 bytes it sent. asyncio's ``loop.sendfile``, which FileResponse uses, is only the fallback here (see
 ``_send``): it adds the socket to epoll and removes it again around every wait, and bounds nothing.
-This module used to run sendfile in worker threads, one blocked in poll(2) per transfer; the kernel
-does the copying either way, so the loop's one thread needs no helpers to keep many clients busy
-(DEVELOPERS.md, "The Hub cache", has the figures against nginx).
+This module used to run sendfile in a pool of worker threads, each looping on sendfile until EAGAIN
+and then blocking in poll(2): three system calls per socket buffer where a sender loop makes two.
+On the event loop's own thread alone, eight clients at once got about 0.6x nginx's rate on the
+loaded 2-core development machine (DEVELOPERS.md, "The Hub cache", has the figures).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
 import os
+import selectors
+import threading
+import time
 from collections.abc import Mapping
 from typing import BinaryIO
 
@@ -44,6 +51,7 @@ log = logging.getLogger(__name__)
 
 STALL_TIMEOUT = 120.0  # seconds a client may read nothing before its transfer is dropped
 INTERIM = 1.0  # seconds between interim responses to a client waiting for a fill
+SENDER_LOOPS = 32  # threads that run sendfile, at most
 # Bytes per call of asyncio's sendfile (the fallback), each call given STALL_TIMEOUT.
 LOOP_PIECE = 8 << 20
 _INTERIM_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -173,38 +181,57 @@ async def _send(
         sent = await _send_in_loop(response, transport, file, offset, count)
         metrics.served_bytes_total += sent
     else:
-        sender = _KernelSend(transport, sock.fileno(), file.fileno(), offset, count)
-        try:
-            await sender.run()
-        finally:
-            metrics.served_bytes_total += sender.sent  # also what a dropped transfer sent
-        sent = sender.sent
+        sent = await _send_by_kernel(
+            transport, sock.fileno(), file.fileno(), offset, count, metrics
+        )
     if sent != count:
         raise ConnectionResetError(f"sent {sent} of {count} bytes")
 
 
-class _KernelSend:
-    """sendfile(2) from the event loop's thread: one call each time the socket can take more.
+async def _send_by_kernel(
+    transport: asyncio.Transport,
+    sock_fd: int,
+    file_fd: int,
+    offset: int,
+    count: int,
+    metrics: Metrics,
+) -> int:
+    """Hand the transfer to a sender loop and wait for it: the bytes sent, or its error.
 
-    The socket stays registered for writing for the whole transfer (the selector is level
-    triggered: it reports the socket as long as it has room), so a turn of the loop costs one
-    epoll_wait and one sendfile. The transport leaves the socket alone meanwhile: nothing else
-    writes to it (the response is ours, its buffer empty) and reading is paused, as asyncio's own
-    sendfile does. The transfer works on its own duplicates of the socket and the file, so a
+    The transport leaves the socket alone meanwhile: nothing else writes to it (the response is
+    ours, its buffer empty) and reading is paused, as asyncio's own sendfile does.
+    """
+    transfer = _Transfer(asyncio.get_running_loop(), sock_fd, file_fd, offset, count)
+    was_reading = transport.is_reading()
+    transport.pause_reading()
+    sender = _SENDERS.pick()
+    sender.submit(transfer)
+    try:
+        await transfer.outcome
+    finally:
+        sender.release(transfer)  # also ends the transfer if this request's task was cancelled
+        metrics.served_bytes_total += transfer.sent  # also what a dropped transfer sent
+        if was_reading and not transport.is_closing():
+            transport.resume_reading()
+    return transfer.sent
+
+
+class _Transfer:
+    """One body: ``count`` bytes of a file from ``offset``, to a socket, by sendfile(2).
+
+    It works on its own duplicates of the socket and the file, which its sender loop closes, so a
     connection or file closed under it can never make it write into another connection or read
-    from another file, and it stops once the transport is closing.
+    from another file.
     """
 
     def __init__(
-        self, transport: asyncio.Transport, sock_fd: int, file_fd: int, offset: int, count: int
+        self, loop: asyncio.AbstractEventLoop, sock_fd: int, file_fd: int, offset: int, count: int
     ) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.transport = transport
+        self.loop = loop
+        self.outcome: asyncio.Future[None] = loop.create_future()
         self.offset, self.count, self.sent = offset, count, 0
-        self.done: asyncio.Future[None] = self.loop.create_future()
-        self.moved = self.loop.time()  # when the socket last took a byte
-        self.timer: asyncio.TimerHandle | None = None
-        self.watching = False
+        self.moved = time.monotonic()  # when the socket last took a byte
+        self.stopped = False  # set by the event loop: end it now
         self.sock = os.dup(sock_fd)
         try:
             self.file = os.dup(file_fd)
@@ -212,65 +239,129 @@ class _KernelSend:
             os.close(self.sock)
             raise
 
-    async def run(self) -> None:
-        """Send it all, or raise: the socket's error, ConnectionResetError, TimeoutError."""
-        was_reading = self.transport.is_reading()
-        self.transport.pause_reading()
-        try:
-            self._write()  # most sockets take a first buffer's worth at once
-            if not self.done.done():
-                self.loop.add_writer(self.sock, self._write)
-                self.watching = True
-                self.timer = self.loop.call_at(self.moved + STALL_TIMEOUT, self._check_stall)
-            await self.done
-        finally:
-            self._stop()  # also when the request's task was cancelled
-            os.close(self.sock)
-            os.close(self.file)
-            if was_reading and not self.transport.is_closing():
-                self.transport.resume_reading()
-
-    def _write(self) -> None:
-        if self.done.done():
-            return
-        if self.transport.is_closing():
-            self._end(ConnectionResetError("the connection closed during a transfer"))
-            return
+    def step(self) -> BaseException | bool | None:
+        """One sendfile, as much as the socket takes: True while more is to come, else the end
+        (None: all sent, or the file ended early, which ``_send`` reports)."""
         try:
             written = os.sendfile(
                 self.sock, self.file, self.offset + self.sent, self.count - self.sent
             )
         except (BlockingIOError, InterruptedError):
-            return  # the socket is full: wait for its room
+            return True  # the socket is full: wait for its room
         except OSError as error:
-            self._end(error)
-            return
+            return error
         self.sent += written
-        self.moved = self.loop.time()
-        if written == 0 or self.sent == self.count:  # done, or the file ended early (_send says)
-            self._end(None)
+        self.moved = time.monotonic()
+        return True if written and self.sent < self.count else None
 
-    def _check_stall(self) -> None:
-        # One timer per transfer, moved on only when it fires, not once per sendfile.
-        if self.loop.time() - self.moved >= STALL_TIMEOUT:
-            self._end(TimeoutError(f"client read nothing for {STALL_TIMEOUT} s"))
-        else:
-            self.timer = self.loop.call_at(self.moved + STALL_TIMEOUT, self._check_stall)
-
-    def _end(self, error: BaseException | None) -> None:
-        self._stop()  # before the waiter wakes: no further sendfile may run
+    def settle(self, error: BaseException | None) -> None:
+        """In the event loop: the transfer's end (its waiter may have been cancelled already)."""
+        if self.outcome.done():
+            return
         if error is None:
-            self.done.set_result(None)
+            self.outcome.set_result(None)
         else:
-            self.done.set_exception(error)
+            self.outcome.set_exception(error)
 
-    def _stop(self) -> None:
-        if self.watching:
-            self.loop.remove_writer(self.sock)
-            self.watching = False
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+
+class _SendLoop:
+    """A thread with its own epoll that runs sendfile for every transfer handed to it, as an
+    nginx worker does: the socket stays registered for writing for the whole transfer (epoll is
+    level triggered here: it reports the socket as long as it has room), so a turn costs one
+    epoll_wait and one sendfile per ready socket, outside the GIL. A transfer whose socket took no
+    byte for STALL_TIMEOUT seconds (a client that stopped reading) is dropped.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_write, False)
+        self.selector.register(self.wake_read, selectors.EVENT_READ, None)
+        self.arrivals: collections.deque[_Transfer] = collections.deque()
+        self.active: set[_Transfer] = set()
+        self.load = 0  # transfers handed over and not released; the event loop's count
+        self.next_check = time.monotonic()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, transfer: _Transfer) -> None:
+        self.load += 1
+        self.arrivals.append(transfer)
+        self._wake()
+
+    def release(self, transfer: _Transfer) -> None:
+        self.load -= 1
+        if not transfer.outcome.done() or transfer.outcome.cancelled():
+            transfer.stopped = True
+            self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: it is awake already
+            os.write(self.wake_write, b"\0")
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._turn()
+            except Exception:  # a bug: logged, and the loop goes on serving its other transfers
+                log.exception("sender loop failed in a turn")
+
+    def _turn(self) -> None:
+        for key, _ in self.selector.select(timeout=1.0):
+            if key.data is None:
+                self._take()
+            elif key.data in self.active:  # not ended earlier in this turn: its fds are open
+                ended = key.data.step()
+                if ended is not True:
+                    self._end(key.data, ended)
+        if time.monotonic() >= self.next_check:
+            self._check()
+
+    def _take(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.wake_read, 4096)
+        while self.arrivals:
+            transfer = self.arrivals.popleft()
+            self.active.add(transfer)
+            self.selector.register(transfer.sock, selectors.EVENT_WRITE, transfer)
+        for transfer in [each for each in self.active if each.stopped]:
+            self._end(transfer, ConnectionResetError("the transfer was stopped"))
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        self.next_check = now + 1.0
+        for transfer in [each for each in self.active if now - each.moved >= STALL_TIMEOUT]:
+            self._end(transfer, TimeoutError(f"client read nothing for {STALL_TIMEOUT} s"))
+
+    def _end(self, transfer: _Transfer, error: BaseException | None) -> None:
+        self.active.discard(transfer)
+        self.selector.unregister(transfer.sock)
+        os.close(transfer.sock)
+        os.close(transfer.file)
+        with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
+            transfer.loop.call_soon_threadsafe(transfer.settle, error)
+
+
+class _Senders:
+    """The sender loops: one more whenever each has a transfer, up to SENDER_LOOPS, then shared.
+
+    A loop per transfer lets the transfers of a few clients use every core (nginx runs a worker
+    per core); past SENDER_LOOPS, a new transfer joins the loop with the fewest.
+    """
+
+    def __init__(self) -> None:
+        self.loops: list[_SendLoop] = []
+        self.lock = threading.Lock()  # caches in several event loops of one process (the tests)
+
+    def pick(self) -> _SendLoop:
+        with self.lock:
+            least = min(self.loops, key=lambda each: each.load, default=None)
+            if least is not None and (not least.load or len(self.loops) >= SENDER_LOOPS):
+                return least
+            self.loops.append(_SendLoop(f"sendfile-{len(self.loops)}"))
+            return self.loops[-1]
+
+
+_SENDERS = _Senders()
 
 
 async def _send_in_loop(
