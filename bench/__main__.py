@@ -5,14 +5,15 @@
     python -m bench --quick --results /tmp/b  # the minimal configuration the smoke test runs
     python -m bench --only group --executors mp --scenarios head --results /tmp/b
 
-Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput,
-a restart with a warm cache, recovery from a killed worker and from a killed head, and a second
-deployment on a shared compile cache, per executor (``--executors``: Ray and mp;
-``--scenarios`` picks what besides the cold starts), against one plain vLLM server and its warm
-restart; needs the local cluster), ``cache-warm`` (one
-large blob, the cache vs nginx), ``cache-fanout`` (four peers vs four direct downloads from a
-throttled upstream). One that cannot run here (no root, no nginx) is recorded as skipped with its
-reason; one that fails is recorded with its error, and the command exits 1.
+Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput, a
+restart with a warm cache, recovery from a killed worker and from a killed head, and a second
+deployment on a shared compile cache, per executor (``--executors``: Ray and mp; ``--scenarios``
+picks what besides the cold starts), against one plain vLLM server and its warm restart; needs the
+local cluster), ``cache-warm`` (one large blob, the cache vs nginx: throughput and each server's CPU
+seconds per GB sent, with one client, eight at once and a range read), ``cache-fanout`` (four peers
+vs four direct downloads from a throttled upstream). One that cannot run here (no root, no nginx) is
+recorded as skipped with its reason; one that fails is recorded with its error, and the command
+exits 1.
 """
 
 from __future__ import annotations
