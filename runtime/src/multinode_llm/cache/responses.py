@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 STALL_TIMEOUT = 120.0  # seconds a client may read nothing before its transfer is dropped
 INTERIM = 1.0  # seconds between interim responses to a client waiting for a fill
 SENDER_LOOPS = 32  # threads that run sendfile, at most
+SENDER_IDLE = 5.0  # seconds a sender loop waits for a transfer before it ends (and frees its fds)
 # Bytes per call of asyncio's sendfile (the fallback), each call given STALL_TIMEOUT.
 LOOP_PIECE = 8 << 20
 _INTERIM_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -204,12 +205,11 @@ async def _send_by_kernel(
     transfer = _Transfer(asyncio.get_running_loop(), sock_fd, file_fd, offset, count)
     was_reading = transport.is_reading()
     transport.pause_reading()
-    sender = _SENDERS.pick()
-    sender.submit(transfer)
+    sender = _SENDERS.submit(transfer)
     try:
         await transfer.outcome
     finally:
-        sender.release(transfer)  # also ends the transfer if this request's task was cancelled
+        _SENDERS.release(sender, transfer)  # also ends the transfer if its task was cancelled
         metrics.served_bytes_total += transfer.sent  # also what a dropped transfer sent
         if was_reading and not transport.is_closing():
             transport.resume_reading()
@@ -272,38 +272,45 @@ class _SendLoop:
     byte for STALL_TIMEOUT seconds (a client that stopped reading) is dropped.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, senders: _Senders) -> None:
+        self.senders = senders
         self.selector = selectors.DefaultSelector()
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         self.selector.register(self.wake_read, selectors.EVENT_READ, None)
         self.arrivals: collections.deque[_Transfer] = collections.deque()
         self.active: set[_Transfer] = set()
-        self.load = 0  # transfers handed over and not released; the event loop's count
-        self.next_check = time.monotonic()
+        self.load = 0  # transfers handed over and not released; changed under _Senders.lock
+        self.next_check = self.busy = time.monotonic()
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def submit(self, transfer: _Transfer) -> None:
-        self.load += 1
         self.arrivals.append(transfer)
         self._wake()
 
-    def release(self, transfer: _Transfer) -> None:
-        self.load -= 1
-        if not transfer.outcome.done() or transfer.outcome.cancelled():
-            transfer.stopped = True
-            self._wake()
+    def stop(self, transfer: _Transfer) -> None:
+        transfer.stopped = True
+        self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError):  # the pipe is full: it is awake already
             os.write(self.wake_write, b"\0")
 
     def _run(self) -> None:
-        while True:
+        while not self._retired():
             try:
                 self._turn()
             except Exception:  # a bug: logged, and the loop goes on serving its other transfers
                 log.exception("sender loop failed in a turn")
+        self.selector.close()
+        os.close(self.wake_read)
+        os.close(self.wake_write)
+
+    def _retired(self) -> bool:
+        """Idle for SENDER_IDLE: a burst's loops do not hold threads and descriptors for good."""
+        if self.active or time.monotonic() - self.busy < SENDER_IDLE:
+            return False
+        return self.senders.retire(self)
 
     def _turn(self) -> None:
         for key, _ in self.selector.select(timeout=1.0):
@@ -329,10 +336,13 @@ class _SendLoop:
     def _check(self) -> None:
         now = time.monotonic()
         self.next_check = now + 1.0
+        if self.active:
+            self.busy = now
         for transfer in [each for each in self.active if now - each.moved >= STALL_TIMEOUT]:
             self._end(transfer, TimeoutError(f"client read nothing for {STALL_TIMEOUT} s"))
 
     def _end(self, transfer: _Transfer, error: BaseException | None) -> None:
+        self.busy = time.monotonic()
         self.active.discard(transfer)
         self.selector.unregister(transfer.sock)
         os.close(transfer.sock)
@@ -350,15 +360,32 @@ class _Senders:
 
     def __init__(self) -> None:
         self.loops: list[_SendLoop] = []
-        self.lock = threading.Lock()  # caches in several event loops of one process (the tests)
+        # Held to hand a transfer over or to let a loop end, so that none ends holding one; also
+        # guards caches in several event loops of one process (the tests).
+        self.lock = threading.Lock()
 
-    def pick(self) -> _SendLoop:
+    def submit(self, transfer: _Transfer) -> _SendLoop:
         with self.lock:
-            least = min(self.loops, key=lambda each: each.load, default=None)
-            if least is not None and (not least.load or len(self.loops) >= SENDER_LOOPS):
-                return least
-            self.loops.append(_SendLoop(f"sendfile-{len(self.loops)}"))
-            return self.loops[-1]
+            loop = min(self.loops, key=lambda each: each.load, default=None)
+            if loop is None or (loop.load and len(self.loops) < SENDER_LOOPS):
+                loop = _SendLoop(f"sendfile-{len(self.loops)}", self)
+                self.loops.append(loop)
+            loop.load += 1
+            loop.submit(transfer)
+            return loop
+
+    def release(self, loop: _SendLoop, transfer: _Transfer) -> None:
+        with self.lock:  # the loop cannot retire before this stop: its pipe is still open
+            loop.load -= 1
+            if not transfer.outcome.done() or transfer.outcome.cancelled():
+                loop.stop(transfer)
+
+    def retire(self, loop: _SendLoop) -> bool:
+        with self.lock:
+            if loop.load or loop.arrivals:
+                return False
+            self.loops.remove(loop)
+            return True
 
 
 _SENDERS = _Senders()
