@@ -7,6 +7,13 @@ id, for every prompt of ``PROMPTS``, and the factual prompt must get its known a
 shows that the comparison can fail: a group whose second stage holds two of its layers swapped
 (the mistake of a stage that loads the wrong slice) must answer differently.
 
+Every server computes in float32 (``--dtype=float32``), not the model's bfloat16. Token-for-token
+equality holds only where rounding cannot flip an argmax, and bfloat16 does flip one here: for
+"What is the capital of France?" the model's first token "The" leads "L" by 0.10 logits
+(transformers, float32), and in bfloat16 one plain vLLM server answers "L'Étoile, la
+Marseillaise, ..." while the PP=2 groups and transformers (float32 and bfloat16) answer "The
+capital of France is Paris.". In float32 the plain server answers as they do.
+
 Tensor parallelism is not checked here: the only real model on this machine has 9 attention heads
 and 3 KV heads, so vLLM takes tensor parallel 1 or 3 only, and 3 ranks per pod (6 engines' worth
 of processes) on this machine's 2 cores do not start within a test's time.
@@ -42,8 +49,8 @@ PROMPTS = (
     "What is 12 plus 30?",
 )
 MAX_TOKENS = 24
-# The local values' engine settings (values-local.yaml), given to the plain server as well.
-ENGINE_ARGS = ("--max-model-len=512", "--max-num-seqs=8")
+# The local values' engine settings (values-local.yaml) and float32 (see above), for every server.
+ENGINE_ARGS = ("--max-model-len=512", "--max-num-seqs=8", "--dtype=float32")
 # vLLM splits the 30 layers 15 and 15 over two stages: the worker holds layers 15-29.
 SWAPPED = (20, 21)
 READY_S = 900
@@ -101,6 +108,7 @@ def _real_group(scenario: str, claim: Path, folder: str, executor: str) -> Itera
         f"model.uri=pvc://models/{folder}",
         f"model.name={real_model.NAME}",
         f"group.executor={executor}",
+        "vllm.args={" + ",".join(ENGINE_ARGS) + "}",
     ]
     with local_group(scenario, claim, sets=sets, wait_s=READY_S) as group:
         group.model = real_model.NAME
