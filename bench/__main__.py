@@ -4,6 +4,12 @@
     python -m bench --only serving,cache-warm
     python -m bench --quick --results /tmp/b  # the minimal configuration the smoke test runs
     python -m bench --only group --executors mp --scenarios head --results /tmp/b
+    python -m bench --only serving --model tiny   # the random-weight model, for our overheads alone
+
+The serving and group benchmarks serve the real SmolLM2-135M-Instruct (``--model smollm2``, the
+default) or the tiny random-weight model (``--model tiny``, the default of ``--quick``). Each
+figure records its model, and ``--merge`` replaces only the figures of the model that ran
+(bench/models.py).
 
 Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput, a
 restart with a warm cache, recovery from a killed worker and from a killed head, and a second
@@ -36,7 +42,7 @@ from typing import Any, cast
 
 from multinode_llm_testing.locks import BENCH_LOCK, LOCK_WAIT_S, file_lock, vllm_lock
 
-from bench import cache_fanout, group, report, serving
+from bench import cache_fanout, group, models, report, serving
 from bench.figures import Figure, Load, skipped, timestamp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                     measured = [skipped(name, f"{name} benchmark", "", "", f"FAILED: {error}")]
                 for figure in measured:
                     figure.source = name
+                    figure.model = args.model.key if name in models.MODEL_BENCHMARKS else ""
                     failed = failed or figure.skipped.startswith("FAILED")
                 figures += measured
         finally:
@@ -87,9 +94,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``old`` with the figures of the benchmarks ``new`` ran replaced by ``new``'s."""
-    rerun = {figure["source"] for figure in new["figures"]}
-    kept = [figure for figure in old["figures"] if figure.get("source") not in rerun]
+    """``old`` with the figures of the benchmarks ``new`` ran, on the model it ran them on,
+    replaced by ``new``'s: a run on one model keeps the other model's figures."""
+    rerun = {(figure["source"], models.model_of(figure)) for figure in new["figures"]}
+    kept = [
+        figure
+        for figure in old["figures"]
+        if (figure.get("source"), models.model_of(figure)) not in rerun
+    ]
     new["figures"] = kept + new["figures"]
     new["command"] = f"{old['command']}; then {new['command']}"
     new["seconds"] = old["seconds"] + new["seconds"]
@@ -110,6 +122,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes and few requests (the smoke test's run)"
+    )
+    parser.add_argument(
+        "--model",
+        choices=list(models.MODELS),
+        default=None,
+        help=f"the model the serving and group benchmarks serve; default {models.DEFAULT.key} "
+        f"(--quick: {models.QUICK.key}): see bench/models.py",
     )
     parser.add_argument(
         "--executors",
@@ -158,6 +177,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="seconds to wait for --max-load before going on anyway (recorded); default 600",
     )
     args = parser.parse_args(argv)
+    args.model = (
+        models.MODELS[args.model]
+        if args.model
+        else (models.QUICK if args.quick else models.DEFAULT)
+    )
     unknown = [name for name in args.only if name not in BENCHMARKS]
     if unknown:
         parser.error(
@@ -238,11 +262,9 @@ def _serving(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -
     missing = _missing_for_vllm()
     if missing:
         return [skipped("serving", "serving overhead", "req/s", "plain vLLM", missing)]
-    options = serving.Options()
-    if args.quick:
-        options = serving.Options(tokens_per_run_c1=64, tokens_per_run_c8=256, pairs=1)
+    options = serving.Options.sized(args.model, quick=args.quick)
     with vllm_lock():
-        return serving.measure(options, _model(work), log)
+        return serving.measure(options, models.placed(args.model, work), log)
 
 
 def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> list[Figure]:
@@ -252,9 +274,7 @@ def _group(args: argparse.Namespace, work: Path, log: Callable[[str], None]) -> 
     options = _group_options(args)
     claim = work / "claim"
     claim.mkdir(mode=0o755, exist_ok=True)
-    model = claim / group.MODEL_DIR
-    if not model.exists():
-        shutil.copytree(_model(work), model)
+    models.placed(args.model, claim)
     with vllm_lock():
         return group.measure(options, claim, log)
 
@@ -270,6 +290,7 @@ def _group_options(args: argparse.Namespace) -> group.Options:
         executors=args.executors,
         scenarios=tuple(scenarios),
         quick=args.quick,
+        model=args.model,
         **({"throughput_requests": 32} if args.quick else {}),
     )
 
@@ -285,18 +306,6 @@ def _missing_local_cluster() -> str:
     except UserError as error:
         return str(error)
     return ""
-
-
-def _model(work: Path) -> Path:
-    """The tiny model, made once per run (byte-identical every time)."""
-    from multinode_llm_local.model import make_model
-
-    directory = work / "model"
-    if not (directory / "config.json").exists():
-        make_model(directory)
-        for path in [directory, *directory.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-    return directory
 
 
 RUNNERS: dict[str, Runner] = {

@@ -68,6 +68,7 @@ class Figure:
     skipped: str = ""  # why the figure could not be measured here; value and baseline are None
     runs: list[dict[str, float]] = field(default_factory=list)  # raw per-run numbers
     source: str = ""  # the benchmark (``python -m bench --only`` name) that measured it
+    model: str = ""  # the model it served (``bench.models``); "" for the cache's figures
     measured_at: str = field(default_factory=lambda: timestamp())
 
     @property

@@ -68,12 +68,10 @@ from multinode_llm_testing.networks import BENCH_LOCAL
 from multinode_llm_testing.ports import free_port
 from multinode_llm_testing.waits import wait_until
 
-from bench import loadgen
+from bench import loadgen, models
 from bench.figures import Figure, Goal, Load, load_average, skipped
 from bench.sandbox import http_get, http_post_json, tail
 
-MODEL_DIR = "tiny-llama"  # the built-in local values serve pvc://models/tiny-llama
-MODEL_NAME = "tiny-llama"
 ENGINE_ARGS = ("--max-model-len=512", "--max-num-seqs=8")  # the local values' vllm.args
 HTTP_PORT, STATUS_PORT = 8080, 8081  # the head's OpenAI port and every supervisor's status port
 LOGS = Path(__file__).resolve().parent / "out" / "group"  # the last group's logs, for a look
@@ -146,6 +144,7 @@ class Options:
     executors: tuple[str, ...] = EXECUTORS
     scenarios: tuple[str, ...] = SCENARIOS  # what else to measure (SCENARIOS); cold starts always
     quick: bool = False  # the smoke test's run: says so in the figures it leaves out
+    model: models.BenchModel = models.DEFAULT
     # The throughput load, the same for the plain server and each group: completions, ignore_eos.
     throughput_requests: int = 96
     throughput_concurrency: int = 8
@@ -243,7 +242,7 @@ def measure(options: Options, claim: Path, log: Callable[[str], None]) -> list[F
         if "second-deployment" in options.scenarios:
             for executor in options.executors:
                 runs = measured[executor]
-                deploy = functools.partial(_deployments, claim, log, executor, runs)
+                deploy = functools.partial(_deployments, claim, log, executor, runs, options.model)
                 _attempt(runs, "second-deployment", log, executor, deploy)
     return _figures(options, measured, plain, load)
 
@@ -292,7 +291,7 @@ def _group_run(
     fault: str | None,
 ) -> None:
     label = LABELS[executor]
-    with _LocalGroup(claim, log, executor) as group:
+    with _LocalGroup(claim, log, executor, options.model) as group:
         runs.starts.append(group.start())
         ready = runs.starts[-1].since_start()["head pod Ready (kubelet)"]
         head = group.pod("head")["ip"]
@@ -331,7 +330,7 @@ def _throughput(host: str, port: int, options: Options) -> float:
 def _completions(options: Options, count: int) -> loadgen.Load:
     tokens = options.throughput_tokens
     body = {
-        "model": MODEL_NAME,
+        "model": options.model.served,
         "prompt": PROMPT,
         "max_tokens": tokens,
         "temperature": 0,
@@ -347,7 +346,13 @@ def _completions(options: Options, count: int) -> loadgen.Load:
     )
 
 
-def _deployments(claim: Path, log: Callable[[str], None], executor: str, runs: Measured) -> None:
+def _deployments(
+    claim: Path,
+    log: Callable[[str], None],
+    executor: str,
+    runs: Measured,
+    model: models.BenchModel,
+) -> None:
     """Two deployments of the same model with ``compileCache.shared.enabled``, one after the
     other's ``down``: the first on an empty shared folder, whose entry it publishes, the second
     seeded from it."""
@@ -355,7 +360,7 @@ def _deployments(claim: Path, log: Callable[[str], None], executor: str, runs: M
     shutil.rmtree(claim / Path(SHARED_CACHE_PATH).parts[0], ignore_errors=True)
     try:
         for which in ("first", "second"):
-            with _LocalGroup(claim, log, executor, shared=True) as group:
+            with _LocalGroup(claim, log, executor, model, shared=True) as group:
                 group.tag = f"{executor}-shared-{which}"
                 runs.deployments.append(group.start())
                 ready = runs.deployments[-1].since_start()["head pod Ready (kubelet)"]
@@ -402,9 +407,9 @@ def _plain_start(
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        str(claim / MODEL_DIR),
+        str(claim / options.model.folder),
         "--served-model-name",
-        MODEL_NAME,
+        options.model.served,
         "--host",
         "127.0.0.1",
         "--port",
@@ -437,7 +442,7 @@ def _plain_start(
         def ready() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"plain vLLM exited:\n{tail(log_path.read_text())}")
-            return _lists_model(f"http://127.0.0.1:{port}")
+            return _lists_model(f"http://127.0.0.1:{port}", options.model)
 
         wait_until(ready, READY_TIMEOUT_S, "plain vLLM to list the model", POLL_S)
         seconds = time.time() - started
@@ -468,9 +473,9 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _lists_model(base: str) -> bool:
+def _lists_model(base: str, model: models.BenchModel) -> bool:
     status, body = http_get(f"{base}/v1/models", timeout=1.0)
-    return status == 200 and MODEL_NAME.encode() in body
+    return status == 200 and model.served.encode() in body
 
 
 # The group -------------------------------------------------------------------------------------
@@ -480,11 +485,17 @@ class _LocalGroup:
     """One local cluster on the bench's prefix; ``down`` on exit, whatever happened."""
 
     def __init__(
-        self, claim: Path, log: Callable[[str], None], executor: str, shared: bool = False
+        self,
+        claim: Path,
+        log: Callable[[str], None],
+        executor: str,
+        model: models.BenchModel,
+        shared: bool = False,
     ) -> None:
         self.claim = claim
         self.log = log
         self.executor = executor
+        self.model = model
         self.shared = shared  # compileCache.shared.enabled, on SHARED_CACHE_PATH of the claim
         self.plan: Any = None
         self.tag = executor  # the name its logs are kept under
@@ -537,7 +548,8 @@ class _LocalGroup:
         )
         self.plan = cluster.start(options, progress=lambda line: self.log(f"  local: {line}"))
         head = next(p for p in self.plan.pods if p.role == "head")
-        watch = _Watch(f"http://{head.ip}:{HTTP_PORT}", f"http://{head.ip}:{STATUS_PORT}/ready")
+        engine, ready = f"http://{head.ip}:{HTTP_PORT}", f"http://{head.ip}:{STATUS_PORT}/ready"
+        watch = _Watch(engine, ready, self.model)
         watch.start()
         try:
             wait_until(
@@ -551,9 +563,15 @@ class _LocalGroup:
         return self._timeline(head.ip, watch)
 
     def _values(self) -> list[Path]:
-        """The executor's values beside the built-in local ones; none for Ray without the shared
-        cache, the chart's default (its group renders exactly as without them)."""
+        """The model and executor beside the built-in local values; none for the tiny model with
+        Ray and without the shared cache, the chart's default (its group renders exactly as
+        without them)."""
         values: dict[str, Any] = {}
+        if self.model != models.TINY:  # the built-in local values serve the tiny model
+            values["model"] = {
+                "uri": f"pvc://models/{self.model.folder}",
+                "name": self.model.served,
+            }
         if self.executor != "ray":
             values["group"] = {"executor": self.executor}
         if self.shared:
@@ -652,7 +670,9 @@ class _LocalGroup:
         required: dict[str, Callable[[], bool]] = {
             "head pod NotReady (kubelet)": lambda: not self.pod("head")["ready"],
             "head restarted": restarted("head"),
-            "engine answers (bench poll)": after_restart(lambda: _lists_model(engine_url)),
+            "engine answers (bench poll)": after_restart(
+                lambda: _lists_model(engine_url, self.model)
+            ),
             "/ready 200 (bench poll)": after_restart(lambda: http_get(ready_url, 1.0)[0] == 200),
             "head pod Ready again (kubelet)": after_restart(
                 lambda: bool(self.pod("head")["ready"])
@@ -668,16 +688,17 @@ class _LocalGroup:
 
     def _serves(self) -> bool:
         """One completion through the head's Service (the local cluster's forwarded port)."""
-        body = {"model": MODEL_NAME, "prompt": "The group", "max_tokens": 4}
+        body = {"model": self.model.served, "prompt": "The group", "max_tokens": 4}
         return http_post_json(f"{self.plan.url}/completions", body) == 200
 
 
 class _Watch:
     """Polls the head's engine and ``/ready`` every 50 ms in a thread; notes when each answers."""
 
-    def __init__(self, engine: str, ready: str) -> None:
+    def __init__(self, engine: str, ready: str, model: models.BenchModel) -> None:
         self.engine = engine
         self.ready = ready
+        self.model = model
         self.engine_at: float | None = None
         self.ready_at: float | None = None
         self._stop = threading.Event()
@@ -692,7 +713,7 @@ class _Watch:
 
     def _run(self) -> None:
         while not self._stop.is_set() and (self.engine_at is None or self.ready_at is None):
-            if self.engine_at is None and _lists_model(self.engine):
+            if self.engine_at is None and _lists_model(self.engine, self.model):
                 self.engine_at = time.time()
             if self.ready_at is None and http_get(self.ready, timeout=1.0)[0] == 200:
                 self.ready_at = time.time()
@@ -763,7 +784,7 @@ def _config(executor: str, plain: Plain, options: Options) -> dict[str, Any]:
     return {
         "executor": executor,
         "group": f"the chart's PP=2 TP=1 group ({values}: probes every 2 s)",
-        "model": "tiny random-weight Llama",
+        "model": options.model.described,
         "engine_args": list(ENGINE_ARGS),
         "plain": "python -m vllm.entrypoints.openai.api_server, default executor, started alone, "
         "with an empty VLLM_CACHE_ROOT, HOME and TMPDIR (no compiled graphs from an earlier "

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import models
+
 Record = dict[str, Any]
 ANALYSIS = Path(__file__).with_name("analysis.md")  # hand-written: why each figure is what it is
 README_START = "<!-- bench-table:start (written by python -m bench; do not edit) -->"
@@ -50,7 +52,7 @@ def markdown_table(figures: Sequence[Record]) -> str:
 
 
 def _row(figure: Record) -> tuple[str, str, str, str, str, str]:
-    name = f"{figure['benchmark']}: {figure['name']}"
+    name = f"{figure['benchmark']}{_model_label(figure)}: {figure['name']}"
     if figure["skipped"]:
         return name, "-", "-", "-", f"skipped: {figure['skipped']}", _load(figure)
     value = _amount(figure["value"], figure["unit"])
@@ -92,7 +94,13 @@ def goals_text(figures: Sequence[Record]) -> str:
             continue
         verdict = {True: "met", False: "MISSED", None: "not measured"}[figure["met"]]
         rows.append(
-            (goal["text"], verdict, _measured(figure), _limit(goal, figure["unit"]), figure["name"])
+            (
+                goal["text"],
+                verdict,
+                _measured(figure),
+                _limit(goal, figure["unit"]),
+                figure["name"] + _model_label(figure),
+            )
         )
     if len(rows) == 1:
         return ""
@@ -132,7 +140,8 @@ def side_by_side(figures: Sequence[Record]) -> list[str]:
     for figure in figures:
         config = figure.get("config") or {}
         if not figure["skipped"] and "row" in config:
-            rows.setdefault(config["row"], {})[config["executor"]] = figure
+            row = config["row"] + _model_label(figure)
+            rows.setdefault(row, {})[config["executor"]] = figure
     if not rows:
         return []
     lines = [
@@ -184,9 +193,31 @@ def executors_text(figures: Sequence[Record]) -> str:
     phase timeline (empty when the group benchmark did not run)."""
     parts = side_by_side(figures)
     for benchmark in ("startup", "recovery"):
-        section = [f for f in figures if f["benchmark"] == benchmark and not f["skipped"]]
-        parts += ["", *_details(benchmark, section)] if section else []
+        measured = [f for f in figures if f["benchmark"] == benchmark and not f["skipped"]]
+        for key, section in _by_model(measured):
+            parts += ["", *_model_heading(key, "###"), *_details(benchmark, section)]
     return "\n".join(parts)
+
+
+def _model_label(figure: Record) -> str:
+    """`` (SmolLM2-135M)``: the model a serving or group figure served; "" for the cache's."""
+    key = models.model_of(figure)
+    return f" ({models.MODELS[key].label})" if key else ""
+
+
+def _by_model(figures: Sequence[Record]) -> list[tuple[str, list[Record]]]:
+    """The figures split by the model they served (``models.model_of``), in the order of
+    ``models.MODELS``; one part with key "" for figures that served none."""
+    keys = ["", *models.MODELS]
+    found = sorted({models.model_of(f) for f in figures}, key=keys.index)
+    return [(key, [f for f in figures if models.model_of(f) == key]) for key in found]
+
+
+def _model_heading(key: str, level: str) -> list[str]:
+    if not key:
+        return []
+    model = models.MODELS[key]
+    return [f"{level} On the {model.label}: {model.described}", ""]
 
 
 # REPORT.md ---------------------------------------------------------------------------------------
@@ -203,14 +234,16 @@ def write(results: Record, directory: Path) -> None:
     if side:
         parts += ["## mp, Ray and plain vLLM side by side", "", *side, ""]
     for benchmark, title, png in SECTIONS:
-        section = [f for f in figures if f["benchmark"] == benchmark]
-        if not section:
-            continue
-        parts += [f"## {title}", ""]
-        if _plot(benchmark, section, directory / png):
-            parts += [f"![{title}]({png})", ""]
-        parts += [markdown_table(section), ""]
-        parts += _details(benchmark, section)
+        parts_of = _by_model([f for f in figures if f["benchmark"] == benchmark])
+        if parts_of:
+            parts += [f"## {title}", ""]
+        for key, section in parts_of:
+            parts += _model_heading(key, "###")
+            plot = png.replace(".png", f"-{key}.png") if key else png
+            if _plot(benchmark, section, directory / plot):
+                parts += [f"![{title}]({plot})", ""]
+            parts += [markdown_table(section), ""]
+            parts += _details(benchmark, section)
     if ANALYSIS.exists() and directory.resolve() == ANALYSIS.parent.resolve():
         parts += [ANALYSIS.read_text().strip(), ""]
     (directory / "REPORT.md").write_text("\n".join(parts))

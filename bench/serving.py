@@ -1,6 +1,6 @@
 """Serving overhead: our runtime's endpoint against plain vLLM, same model, engine and client.
 
-Two pods on one private network, both with the tiny model and the same engine settings:
+Two pods on one private network, both with the same model (``bench.models``) and engine settings:
 - ours: `multinode-llm head` (a one-node group: Ray head, vLLM with the Ray executor, the KServe
   middleware, the supervisor polling its probes' facts every second);
 - plain: `ray start --head` and `python -m vllm.entrypoints.openai.api_server` started by hand with
@@ -37,11 +37,11 @@ from multinode_llm_local.netns import POD_INTERFACE
 from multinode_llm_testing.networks import BENCH_SERVING
 from multinode_llm_testing.waits import wait_until
 
-from bench import loadgen
+from bench import loadgen, models
 from bench.figures import Figure, Goal, Load, load_average
 from bench.sandbox import Pod, cpu_seconds, http_get, sandbox, tail
 
-MODEL_NAME = "tiny"
+MODEL_NAME = "bench-model"  # what both servers serve it as, whichever model it is
 HTTP_PORT, STATUS_PORT, GCS_PORT = 8080, 8081, 6379
 PROMPT = "The head and the worker of a pipeline parallel group serve one request"
 THROUGHPUT_GOAL = Goal("ratio", ">=", 0.98, "serving throughput >= 0.98 of plain vLLM")
@@ -64,6 +64,19 @@ class Options:
     long_tokens: int = 128
     routes: tuple[str, ...] = ("completions", "chat", "generate")
     engine_args: tuple[str, ...] = ("--max-model-len", "512")
+    model: models.BenchModel = models.DEFAULT
+
+    @classmethod
+    def sized(cls, model: models.BenchModel, quick: bool = False) -> Options:
+        """The full run for ``model``, or the smoke test's. The real model's tokens cost several
+        times the tiny one's here, so its runs hold a quarter of the tokens, in half the pairs, to
+        keep the benchmark within minutes; each run still lasts seconds."""
+        if quick:
+            return cls(model=model, tokens_per_run_c1=64, tokens_per_run_c8=256, pairs=1)
+        if model == models.TINY:
+            return cls(model=model)
+        return cls(model=model, tokens_per_run_c1=256, tokens_per_run_c8=1024, pairs=4)
+
     ready_timeout_s: float = 600.0
 
 
@@ -113,7 +126,7 @@ def measure(options: Options, model: Path, log: Callable[[str], None]) -> list[F
             run.result.seconds for run in ours_runs
         )
     config = {
-        "model": "tiny random-weight Llama (multinode_llm_local.model)",
+        "model": options.model.described,
         "engine_args": list(options.engine_args),
         "executor": "ray (both), GPUs mocked (MULTINODE_LLM_GPU_MOCK=1), VLLM_CPU_KVCACHE_SPACE=1",
         "prompt": PROMPT,
