@@ -26,11 +26,9 @@ class BenchModel:
 
 
 def _tiny(folder: Path) -> None:
-    from multinode_llm_local.model import make_model
+    from multinode_llm_local.cluster import make_model  # made readable for the pods' user
 
     make_model(folder)
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)  # the pods run as uid 1000
 
 
 def _smollm2(folder: Path) -> None:

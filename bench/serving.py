@@ -64,6 +64,7 @@ class Options:
     long_tokens: int = 128
     routes: tuple[str, ...] = ("completions", "chat", "generate")
     engine_args: tuple[str, ...] = ("--max-model-len", "512")
+    ready_timeout_s: float = 600.0
     model: models.BenchModel = models.DEFAULT
 
     @classmethod
@@ -77,8 +78,6 @@ class Options:
         if model == models.TINY:
             return cls(model=model)
         return cls(model=model, tokens_per_run_c1=256, tokens_per_run_c8=1024, pairs=4)
-
-    ready_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
