@@ -3,14 +3,15 @@
 Only verified bytes are ever sent to a client. A stored blob is sent with sendfile(2): the bytes go
 from the page cache to the socket without entering Python, which only makes the next call each time
 the socket can take more (about once per socket buffer), from a sender loop, a thread with its own
-epoll as an nginx worker has (one per transfer, up to ``SENDER_LOOPS``, so that a few clients use
-every core). A transfer that moves no byte for ``STALL_TIMEOUT`` seconds (a client that stopped
-reading) is dropped, and each byte sent is counted for the metrics. A client's request for a blob
-still being filled waits for the fill to be verified before its status line, so a failed fill is
-answered with a plain error (502, 507) and never with a cut body a client could resume into a wrong
-file. A peer's request (``send_filling``) is answered as the bytes land, since the peer hashes them
-itself: its status line once the first byte it asked for is in, the blob's last byte once the fill
-is verified, and the connection cut (never a clean short end) when the fill fails or starts over.
+epoll as an nginx worker has (one per transfer, up to ``SENDER_LOOPS``, one per core, so that a few
+clients use every core), on a corked socket as nginx's ``tcp_nopush`` (full segments only). A
+transfer that moves no byte for ``STALL_TIMEOUT`` seconds (a client that stopped reading) is
+dropped, and each byte sent is counted for the metrics. A client's request for a blob still being
+filled waits for the fill to be verified before its status line, so a failed fill is answered with
+a plain error (502, 507) and never with a cut body a client could resume into a wrong file. A
+peer's request (``send_filling``) is answered as the bytes land, since the peer hashes them itself:
+its status line once the first byte it asked for is in, the blob's last byte once the fill is
+verified, and the connection cut (never a clean short end) when the fill fails or starts over.
 While either waits, an HTTP/1.1 client gets a ``100 Continue`` every ``INTERIM`` seconds: interim
 responses every client skips (RFC 9110 15.2; Python's http.client, httpx, aiohttp, hyper and curl
 do), which keep its read timeout from expiring during a long fill.
@@ -36,6 +37,7 @@ import contextlib
 import logging
 import os
 import selectors
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -51,7 +53,10 @@ log = logging.getLogger(__name__)
 
 STALL_TIMEOUT = 120.0  # seconds a client may read nothing before its transfer is dropped
 INTERIM = 1.0  # seconds between interim responses to a client waiting for a fill
-SENDER_LOOPS = 32  # threads that run sendfile, at most
+# Threads that run sendfile, at most: one per core, as nginx's `worker_processes auto`. More loops
+# than cores only add context switches: eight clients on two cores cost 1.3-1.4x nginx's CPU per
+# GB with a loop each, 0.8-0.9x with two (bench/cache_vs_nginx.py, 2026-12-03).
+SENDER_LOOPS = os.cpu_count() or 1
 SENDER_IDLE = 5.0  # seconds a sender loop waits for a transfer before it ends (and frees its fds)
 # Bytes per call of asyncio's sendfile (the fallback), each call given STALL_TIMEOUT.
 LOOP_PIECE = 8 << 20
@@ -238,6 +243,7 @@ class _Transfer:
         except OSError:
             os.close(self.sock)
             raise
+        _cork(self.sock, True)
 
     def step(self) -> BaseException | bool | None:
         """One sendfile, as much as the socket takes: True while more is to come, else the end
@@ -262,6 +268,19 @@ class _Transfer:
             self.outcome.set_result(None)
         else:
             self.outcome.set_exception(error)
+
+
+def _cork(fd: int, on: bool) -> None:
+    """TCP_CORK on the socket while sendfile runs, off at its end (which sends what is left), as
+    nginx's `tcp_nopush` does. aiohttp sets TCP_NODELAY, so without it every sendfile that the
+    socket's room cut short sent a part-filled segment: one client got 0.7x nginx's rate for 1.4x
+    its CPU per GB, corked 1.0x for 1.0x (bench/cache_vs_nginx.py, 2026-12-03)."""
+    with contextlib.suppress(OSError):  # not TCP (a test's Unix socket): nothing to cork
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, int(on))
+        finally:
+            sock.detach()
 
 
 class _SendLoop:
@@ -345,6 +364,7 @@ class _SendLoop:
         self.busy = time.monotonic()
         self.active.discard(transfer)
         self.selector.unregister(transfer.sock)
+        _cork(transfer.sock, False)
         os.close(transfer.sock)
         os.close(transfer.file)
         with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
