@@ -28,7 +28,7 @@ from multinode_llm_local.controlplane import cluster as real
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
 from multinode_llm_local.kubelet import enter_command
-from multinode_llm_local.pods import PodPlan
+from multinode_llm_local.pods import PodPlan, make_readable
 from multinode_llm_testing import serving_checks as checks
 from multinode_llm_testing.locks import file_lock, vllm_lock
 from multinode_llm_testing.pod_processes import processes_in
@@ -141,8 +141,7 @@ class RealCluster:
         target = folder / MODEL
         if not target.exists():
             shutil.copytree(model, target)
-            for path in [target, *target.rglob("*")]:
-                path.chmod(0o755 if path.is_dir() else 0o644)
+            make_readable(target)
         return folder
 
     def cluster_ip(self, namespace: str, service: str) -> str:

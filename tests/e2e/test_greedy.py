@@ -37,7 +37,7 @@ from typing import NamedTuple
 import pytest
 from groups import LocalGroup, group_prerequisites, local_group, record
 from multinode_llm_local import real_model
-from multinode_llm_local.pods import CPU_VLLM_ENV, MP_ENV
+from multinode_llm_local.pods import CPU_VLLM_ENV, MP_ENV, make_readable
 from multinode_llm_testing.ports import free_port
 from multinode_llm_testing.waits import wait_seconds
 
@@ -213,5 +213,4 @@ def _swapped_copy(source: Path, target: Path, first: int, second: int) -> None:
         swapped[key] = value
     assert swapped.keys() == tensors.keys()
     save_file(swapped, str(target / "model.safetensors"), metadata={"format": "pt"})
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    make_readable(target)

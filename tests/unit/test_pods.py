@@ -20,6 +20,7 @@ from multinode_llm_local.pods import (
     PodIdentity,
     PodPlan,
     expand,
+    make_readable,
     plan_pod,
 )
 from multinode_llm_local.state import ClusterPlan, ClusterState, Forward, process_alive
@@ -466,3 +467,19 @@ def test_a_claim_the_pods_user_cannot_read_is_refused_with_the_fix(
         plan_pod(_identity(tmp_path), spec, [], {"models": tmp_path / "claim"}).containers[0].uid
         == 1000
     )
+
+
+def test_make_readable_opens_owner_only_files_and_folders_to_every_user(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    weights = folder / "sub" / "model.safetensors"
+    weights.write_bytes(b"w")
+    weights.chmod(0o600)  # as safetensors writes it
+    (folder / "sub").chmod(0o700)
+    script = folder / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o700)
+    make_readable(folder)
+    assert weights.stat().st_mode & 0o777 == 0o644
+    assert (folder / "sub").stat().st_mode & 0o777 == 0o755
+    assert script.stat().st_mode & 0o777 == 0o744  # read for all, execute kept for its owner

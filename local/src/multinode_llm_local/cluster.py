@@ -36,7 +36,7 @@ from multinode_llm_local.chart import find_chart, find_helm
 from multinode_llm_local.k8s import Obj, deployment_status
 from multinode_llm_local.kubelet import enter_command
 from multinode_llm_local.netns import Network, namespaces_with_prefix, require_root
-from multinode_llm_local.pods import PodIdentity, PodPlan, plan_pod
+from multinode_llm_local.pods import PodIdentity, PodPlan, make_readable, plan_pod
 from multinode_llm_local.state import ClusterPlan, ClusterState, Forward, process_alive
 
 DEFAULT_PREFIX = "mnl"
@@ -520,14 +520,10 @@ def _default_claims(
 
 
 def make_model(directory: Path) -> None:
-    """The runtime's tiny-model maker (``local/model.py``), imported only when a model is made.
-
-    The files are then made readable by everyone: the pods run as the chart's non-root user, and
-    safetensors writes its file for its owner only.
-    """
+    """The runtime's tiny-model maker (``local/model.py``), imported only when a model is made,
+    its files then readable by the pods' user."""
     importlib.import_module("multinode_llm_local.model").make_model(directory)
-    for path in [directory, *directory.rglob("*")]:
-        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+    make_readable(directory)
 
 
 def volumes_root() -> Path:

