@@ -8,9 +8,12 @@ group can be not-yet-serving is one test.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -111,6 +114,32 @@ def test_each_way_of_not_serving_yet_is_named(
 def test_nothing_listening_is_not_serving_yet() -> None:
     reason = await_group.check("http://127.0.0.1:9", "served", SPEC)
     assert "does not serve yet" in reason
+
+
+def test_a_url_whose_connection_hangs_is_left_after_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listener whose accept queue is full drops new SYNs, as a ClusterIP drops what is sent to
+    a port the Service does not have: the try gives up there after CONNECT_TIMEOUT_S, not after
+    the request's timeout, and names that nothing answers."""
+    monkeypatch.setattr(await_group, "CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(await_group, "REQUEST_TIMEOUT_S", 120.0)
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(socket.socket())
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        for _ in range(4):  # fill the queue; these are never accepted
+            waiting = stack.enter_context(socket.socket())
+            waiting.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                waiting.connect(("127.0.0.1", port))
+        started = time.monotonic()
+        reason = await_group.check(f"http://127.0.0.1:{port}", "served", SPEC)
+        took = time.monotonic() - started
+    assert reason.endswith(await_group.UNREACHABLE), reason
+    assert "timed out" in reason, reason
+    assert took < 30, f"{took:.1f} s: the request's timeout, not the connect timeout"
 
 
 def test_wait_ends_once_the_new_group_serves(
