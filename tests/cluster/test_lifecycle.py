@@ -1,0 +1,332 @@
+"""A release's life with real Helm 3 and 4 on real KServe: install, an upgrade that reaches no pod,
+one that restarts the group, a rollback, uninstall and reinstall, and the same release name in two
+namespaces at once. Each step waits as the README says (``--wait --wait-for-jobs``; Helm 4
+``--wait=legacy``) and must finish within its timeout.
+
+The release of each Helm major lives in its own namespace; the tests run in file order, each step
+for Helm 3 and then Helm 4, so from the second install on both groups are up at once. What each
+step must do is what docs/upgrades.md says of it (its matrix rows ``runtime.labels`` and
+``head.env``). tests/lifecycle's Helm model (``helm_model.Helm`` on its fake API server) takes the
+same steps with the same renders beside the real ones, and after each it must agree with real Helm
+on the release's history and on the objects Helm manages: the model is checked against the real
+tools here, where its own suite can only check it against their source. Not in the default tox
+list (about 17 minutes): ``tox -e cluster-lifecycle``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from multinode_llm_local.kserve import releases
+from realcluster import (
+    CHART,
+    WAIT,
+    Clusters,
+    Installed,
+    Obj,
+    RealCluster,
+    chart_args,
+    install,
+    record,
+    serving_lock,
+    wait_for,
+)
+
+from tests.lifecycle.cluster import FakeCluster
+from tests.lifecycle.helm_model import RELEASE_NAME, Helm
+
+HELMS = (3, 4)
+RELEASE = "llm"
+CLAIM = "models"
+TIMEOUT = "15m"
+# The kinds whose objects are compared even when the model holds none of them (after uninstall).
+KINDS = {"InferenceService", "ServingRuntime", "Job", "NetworkPolicy"}
+
+
+def namespace(helm: int) -> str:
+    return f"life-helm{helm}"
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters: Clusters, tiny_model: Path) -> Iterator[RealCluster]:
+    running = clusters.get(releases.default().version)
+    for helm in HELMS:
+        running.model_claim(namespace(helm), CLAIM, tiny_model)
+    with serving_lock():
+        yield running
+    for helm in HELMS:
+        running.kubectl("delete", "namespace", namespace(helm), "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def releases_() -> dict[int, Installed]:
+    """The installed release of each Helm major, as the steps leave it."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def first_jobs() -> dict[int, set[str]]:
+    """The readiness Jobs of each Helm major's first revision."""
+    return {}
+
+
+@dataclass
+class Modelled:
+    """tests/lifecycle's Helm model of one Helm major, taking the real steps on its fake cluster."""
+
+    helm: int
+    cluster: FakeCluster = field(default_factory=FakeCluster)
+    client: Helm = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = Helm(self.cluster, f"helm{self.helm}")
+
+    def step(self, act: Callable[[Helm], object]) -> None:
+        act(self.client)
+        self.cluster.settle()
+
+    def history(self) -> list[str]:
+        return [r.status for r in self.client.history.get((namespace(self.helm), RELEASE), [])]
+
+    def managed(self) -> set[tuple[str, str]]:
+        """(kind, name) of every object of the release the model holds (Helm's stamp on it)."""
+        return {
+            (key.kind, key.name)
+            for key, live in self.cluster.objects.items()
+            if key.namespace == namespace(self.helm)
+            and live.annotations.get(RELEASE_NAME) == RELEASE
+        }
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[int, Modelled]:
+    return {helm: Modelled(helm) for helm in HELMS}
+
+
+def rendered(cluster: RealCluster, helm: int, sets: Sequence[str] = ()) -> list[Obj]:
+    """``helm template`` of what the step installs: the documents the model is given."""
+    extra = [arg for item in sets for arg in ("--set", item)]
+    found = cluster.helm("template", RELEASE, str(CHART), "--namespace", namespace(helm),
+                         *chart_args(cluster.kserve, extra), version=helm)  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(found.stdout) if doc]
+
+
+def agree(model: Modelled, cluster: RealCluster, released: bool = True) -> None:
+    """The model and the real cluster after the same step: the same release history (``helm
+    history``) and the same objects carrying the release's Helm stamp, of every kind either has."""
+    ns = namespace(model.helm)
+    if released:
+        real = cluster.helm("history", RELEASE, "--namespace", ns, "-o", "json",
+                            version=model.helm)  # fmt: skip
+        assert [r["status"] for r in json.loads(real.stdout)] == model.history()
+    else:
+        assert model.history() == []
+    kinds = {kind for kind, _ in model.managed()} | KINDS
+    live = cluster.items(",".join(sorted(kinds)), "-n", ns)
+    stamped = {
+        (o["kind"], o["metadata"]["name"])
+        for o in live
+        if (o["metadata"].get("annotations") or {}).get(RELEASE_NAME) == RELEASE
+        and not o["metadata"].get("ownerReferences")  # KServe copies the stamp into what it makes
+    }
+    assert stamped == model.managed()
+
+
+def installed(releases_: dict[int, Installed], helm: int) -> Installed:
+    if helm not in releases_:
+        pytest.skip(f"helm{helm}'s release was not installed (an earlier step failed)")
+    return releases_[helm]
+
+
+def generation(group: Installed) -> int:
+    isvc = group.cluster.get("-n", group.namespace, f"inferenceservice/{group.isvc}")
+    return int(isvc["metadata"]["generation"])
+
+
+def pod_uids(group: Installed) -> set[str]:
+    return {p["metadata"]["uid"] for role in ("head", "worker") for p in group.pods(role)}
+
+
+def head_env(group: Installed) -> dict[str, str]:
+    container = group.pod("head")["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def readiness_jobs(group: Installed) -> dict[str, Obj]:
+    jobs = group.cluster.items("jobs", "-n", group.namespace)
+    return {
+        j["metadata"]["name"]: j
+        for j in jobs
+        if "-ready-" in j["metadata"]["name"] and not j["metadata"].get("deletionTimestamp")
+    }
+
+
+def history(group: Installed, helm: int) -> list[str]:
+    """``helm history``: each revision's status, oldest first."""
+    found = group.cluster.helm("history", group.release, "--namespace", group.namespace,
+                               "-o", "json", version=helm)  # fmt: skip
+    return [str(r["status"]) for r in json.loads(found.stdout)]
+
+
+def timed(group: Installed, helm: int, what: str, started: float) -> None:
+    record(f"KServe {group.cluster.kserve}", f"helm{helm} {what}", time.monotonic() - started)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_install_waits_for_a_serving_group(
+    cluster: RealCluster,
+    releases_: dict[int, Installed],
+    first_jobs: dict[int, set[str]],
+    models: dict[int, Modelled],
+    helm: int,
+) -> None:
+    group = install(cluster, RELEASE, namespace(helm), helm=helm, timeout=TIMEOUT)
+    releases_[helm] = group
+    first_jobs[helm] = set(readiness_jobs(group))
+    assert group.serves()
+    assert generation(group) == 1
+    assert all(j["status"].get("succeeded") == 1 for j in readiness_jobs(group).values())
+    assert history(group, helm) == ["deployed"]
+    docs = rendered(cluster, helm)
+    models[helm].step(lambda client: client.install(RELEASE, namespace(helm), docs))
+    agree(models[helm], cluster)
+
+
+def test_one_release_name_in_two_namespaces_serves_twice(
+    releases_: dict[int, Installed],
+) -> None:
+    """Nothing of the two releases is shared: each namespace has its own runtime, group and
+    Services, and both answer at once."""
+    groups = [installed(releases_, helm) for helm in HELMS]
+    assert all(group.serves() for group in groups)
+    runtimes = [
+        {r["metadata"]["name"] for r in g.cluster.items("servingruntimes", "-n", g.namespace)}
+        for g in groups
+    ]
+    assert all(len(names) == 1 for names in runtimes), runtimes
+    assert groups[0].base_url != groups[1].base_url
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_an_upgrade_that_reaches_no_pod_rolls_nothing(
+    releases_: dict[int, Installed], models: dict[int, Modelled], helm: int
+) -> None:
+    """docs/upgrades.md, row ``runtime.labels``: the generation stays 1, no pod is replaced or
+    restarted, and the wait ends at once (the readiness Job is the same one, complete)."""
+    group = installed(releases_, helm)
+    pods, restarts, jobs = pod_uids(group), group.restarts("head"), set(readiness_jobs(group))
+    started = time.monotonic()
+    group.upgrade("runtime.labels.team=llm", helm=helm, timeout=TIMEOUT)
+    timed(group, helm, "upgrade reaching no pod (runtime.labels)", started)
+    assert generation(group) == 1
+    assert pod_uids(group) == pods
+    assert group.restarts("head") == restarts
+    assert set(readiness_jobs(group)) == jobs
+    assert history(group, helm) == ["superseded", "deployed"]
+    upgraded(models[helm], group)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_an_upgrade_that_reaches_the_pods_rolls_the_group_once(
+    releases_: dict[int, Installed], models: dict[int, Modelled], helm: int
+) -> None:
+    """docs/upgrades.md, row ``head.env``: generation 1 -> 2, the head rolled once, new headless
+    Services ``-head-2`` beside the old ones, a new readiness Job that completed."""
+    group = installed(releases_, helm)
+    heads, jobs = set(group.replica_sets("head")), set(readiness_jobs(group))
+    started = time.monotonic()
+    group.upgrade("head.env[0].name=TZ", "head.env[0].value=UTC", helm=helm, timeout=TIMEOUT)
+    timed(group, helm, "upgrade restarting the group (head.env)", started)
+    assert generation(group) == 2
+    rolled = set(group.replica_sets("head")) - heads
+    assert len(rolled) == 1, f"the head rolled {len(rolled)} times: {sorted(rolled)}"
+    assert head_env(group)["TZ"] == "UTC"
+    services = {s["metadata"]["name"] for s in group.cluster.items("svc", "-n", group.namespace)}
+    assert {f"{group.isvc}-head-1", f"{group.isvc}-head-2"} <= services, sorted(services)
+    now = readiness_jobs(group)
+    assert now, "no readiness Job after the upgrade"
+    assert not set(now) & jobs, (sorted(jobs), sorted(now))
+    assert all(j["status"].get("succeeded") == 1 for j in now.values())
+    assert group.serves()
+    upgraded(models[helm], group)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_a_rollback_restores_the_first_revision_and_waits_for_it(
+    releases_: dict[int, Installed],
+    first_jobs: dict[int, set[str]],
+    models: dict[int, Modelled],
+    helm: int,
+) -> None:
+    """``helm rollback RELEASE 1``: the first revision's runtime and readiness Job come back (both
+    named after the spec's hash), the group restarts once more (generation 3) without the
+    upgrade's env, and the wait covers the Job."""
+    group = installed(releases_, helm)
+    started = time.monotonic()
+    group.cluster.helm("rollback", group.release, "1", "--namespace", group.namespace,
+                       *WAIT[helm], "--wait-for-jobs", "--timeout", TIMEOUT,
+                       version=helm)  # fmt: skip
+    timed(group, helm, "rollback to revision 1", started)
+    group.sets = []
+    assert generation(group) == 3
+    assert "TZ" not in head_env(group)
+    assert set(readiness_jobs(group)) == first_jobs[helm]
+    assert all(j["status"].get("succeeded") == 1 for j in readiness_jobs(group).values())
+    assert history(group, helm) == ["superseded", "superseded", "superseded", "deployed"]
+    assert group.serves()
+    models[helm].step(lambda client: client.rollback(RELEASE, namespace(helm), 1))
+    agree(models[helm], group.cluster)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_uninstall_removes_the_group_and_keeps_the_model_claim(
+    releases_: dict[int, Installed], models: dict[int, Modelled], helm: int
+) -> None:
+    group = installed(releases_, helm)
+    claim = group.cluster.get("-n", group.namespace, f"pvc/{CLAIM}")["metadata"]["uid"]
+    started = time.monotonic()
+    group.cluster.helm("uninstall", group.release, "--namespace", group.namespace,
+                       *WAIT[helm], "--timeout", "5m", version=helm)  # fmt: skip
+    timed(group, helm, "uninstall", started)
+    ns = group.namespace
+    for kind in ("inferenceservices", "servingruntimes", "jobs"):
+        assert group.cluster.items(kind, "-n", ns) == [], kind
+    wait_for(lambda: not group.cluster.items("pods", "-n", ns), 180,
+             "the garbage collector to remove the group's pods")  # fmt: skip
+    assert group.cluster.get("-n", ns, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    models[helm].step(lambda client: client.uninstall(RELEASE, ns))
+    agree(models[helm], group.cluster, released=False)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_a_reinstall_serves_again_from_the_kept_claim(
+    cluster: RealCluster,
+    releases_: dict[int, Installed],
+    models: dict[int, Modelled],
+    helm: int,
+) -> None:
+    """The same name again: a new InferenceService (generation 1) on the claim the first one left,
+    whose model is untouched."""
+    old = installed(releases_, helm)
+    claim = cluster.get("-n", old.namespace, f"pvc/{CLAIM}")["metadata"]["uid"]
+    group = install(cluster, RELEASE, namespace(helm), helm=helm, timeout=TIMEOUT)
+    releases_[helm] = group
+    assert generation(group) == 1
+    assert cluster.get("-n", group.namespace, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    assert group.serves()
+    docs = rendered(cluster, helm)
+    models[helm].step(lambda client: client.install(RELEASE, namespace(helm), docs))
+    agree(models[helm], cluster)
+
+
+def upgraded(model: Modelled, group: Installed) -> None:
+    """The model's upgrade with every value the real one was given, then the comparison."""
+    docs = rendered(group.cluster, model.helm, group.sets)
+    model.step(lambda client: client.upgrade(RELEASE, namespace(model.helm), docs))
+    agree(model, group.cluster)
