@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.client
 import os
@@ -17,7 +18,7 @@ from typing import Protocol
 from multinode_llm.cache import metrics as cache_metrics
 
 from multinode_llm_testing.ports import free_port
-from multinode_llm_testing.waits import wait_until
+from multinode_llm_testing.waits import WaitTimeoutError, wait_until
 
 NETNS_ETC = Path("/etc/netns")  # where `ip netns exec` finds a namespace's hosts file
 # The peers' headless Service name and the cache's port, as the chart's DaemonSet has them.
@@ -117,8 +118,18 @@ class CacheProcess:
         """The most resident memory the process ever had, in bytes."""
         return _status_kib(self.pid, "VmHWM") * 1024
 
-    def leftovers(self) -> list[Path]:
-        """Files a finished fill or metadata write must not leave: partial blobs, temporaries."""
+    def leftovers(self, settle: float = 10.0) -> list[Path]:
+        """Files a finished fill or metadata write must not leave: partial blobs, temporaries.
+
+        A verified fill lets its readers go before its partial file is synced and renamed into
+        place (fills.py: a flush can outlast a client's read timeout), so a client can hold the
+        whole blob while the rename is still to come: this waits up to ``settle`` seconds for
+        them to go, and returns what is still there then."""
+        with contextlib.suppress(WaitTimeoutError):
+            wait_until(lambda: not self._leftovers(), settle, "the fills to settle")
+        return self._leftovers()
+
+    def _leftovers(self) -> list[Path]:
         partial = (
             list((self.store / "partial").iterdir()) if (self.store / "partial").exists() else []
         )
