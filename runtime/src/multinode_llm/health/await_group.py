@@ -16,12 +16,15 @@ Through the InferenceService's Service, as a client would, it waits until
 
 Each try asks the URLs in order and takes the first that accepts a connection: the chart passes
 the predictor Service's port 80, then its container port 8080, because a cluster whose KServe has
-``serviceClusterIPNone`` makes that Service headless (reconcilers/service/service_reconciler.go),
-and its name then resolves to the head pod, which listens on 8080 only. A URL is first only
-connected to, within ``CONNECT_TIMEOUT_S``: a ClusterIP Service drops what is sent to a port it
-does not have, so the second URL's connection hangs, and with the request's timeout alone each try
-took 30 s more, up to 36 s between the head turning Ready and the Job seeing it (measured on the
-real cluster, tests/cluster/test_lifecycle.py).
+``serviceClusterIPNone`` makes that Service headless, and its name then resolves to the head pod,
+which listens on 8080 only. KServe gives the Service port 80 for the container's first port and
+its other ports under their own numbers, so 8080 is no port of a ClusterIP predictor Service
+(pkg/controller/v1beta1/inferenceservice/reconcilers/service/service_reconciler.go, the same at
+v0.15.0, v0.16.0, v0.17.0, v0.19.0 and v0.20.0). A URL is first only connected to, within
+``CONNECT_TIMEOUT_S``: the Service drops what is sent to a port it does not have, so the second
+URL's connection hangs, and with the request's timeout alone each try took 30 s more, up to 36 s
+between the head turning Ready and the Job seeing it (measured on the real cluster with KServe
+0.19.0, tests/cluster/test_lifecycle.py).
 
 Standard library only: it runs in the slim cache image.
 """
