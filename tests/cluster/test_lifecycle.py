@@ -121,12 +121,7 @@ def agree(model: Modelled, cluster: RealCluster, released: bool = True) -> None:
     """The model and the real cluster after the same step: the same release history (``helm
     history``) and the same objects carrying the release's Helm stamp, of every kind either has."""
     ns = namespace(model.helm)
-    if released:
-        real = cluster.helm("history", RELEASE, "--namespace", ns, "-o", "json",
-                            version=model.helm)  # fmt: skip
-        assert [r["status"] for r in json.loads(real.stdout)] == model.history()
-    else:
-        assert model.history() == []
+    assert (history(cluster, model.helm) if released else []) == model.history()
     kinds = {kind for kind, _ in model.managed()} | KINDS
     live = cluster.items(",".join(sorted(kinds)), "-n", ns)
     stamped = {
@@ -167,10 +162,10 @@ def readiness_jobs(group: Installed) -> dict[str, Obj]:
     }
 
 
-def history(group: Installed, helm: int) -> list[str]:
-    """``helm history``: each revision's status, oldest first."""
-    found = group.cluster.helm("history", group.release, "--namespace", group.namespace,
-                               "-o", "json", version=helm)  # fmt: skip
+def history(cluster: RealCluster, helm: int) -> list[str]:
+    """``helm history`` of Helm ``helm``'s release: each revision's status, oldest first."""
+    found = cluster.helm("history", RELEASE, "--namespace", namespace(helm), "-o", "json",
+                         version=helm)  # fmt: skip
     return [str(r["status"]) for r in json.loads(found.stdout)]
 
 
@@ -192,7 +187,7 @@ def test_install_waits_for_a_serving_group(
     assert group.serves()
     assert generation(group) == 1
     assert all(j["status"].get("succeeded") == 1 for j in readiness_jobs(group).values())
-    assert history(group, helm) == ["deployed"]
+    assert history(group.cluster, helm) == ["deployed"]
     docs = rendered(cluster, helm)
     models[helm].step(lambda client: client.install(RELEASE, namespace(helm), docs))
     agree(models[helm], cluster)
@@ -228,7 +223,7 @@ def test_an_upgrade_that_reaches_no_pod_rolls_nothing(
     assert pod_uids(group) == pods
     assert group.restarts("head") == restarts
     assert set(readiness_jobs(group)) == jobs
-    assert history(group, helm) == ["superseded", "deployed"]
+    assert history(group.cluster, helm) == ["superseded", "deployed"]
     upgraded(models[helm], group)
 
 
@@ -278,7 +273,7 @@ def test_a_rollback_restores_the_first_revision_and_waits_for_it(
     assert "TZ" not in head_env(group)
     assert set(readiness_jobs(group)) == first_jobs[helm]
     assert all(j["status"].get("succeeded") == 1 for j in readiness_jobs(group).values())
-    assert history(group, helm) == ["superseded", "superseded", "superseded", "deployed"]
+    assert history(group.cluster, helm) == ["superseded", "superseded", "superseded", "deployed"]
     assert group.serves()
     models[helm].step(lambda client: client.rollback(RELEASE, namespace(helm), 1))
     agree(models[helm], group.cluster)
