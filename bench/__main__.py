@@ -8,8 +8,8 @@
 
 The serving and group benchmarks serve the real SmolLM2-135M-Instruct (``--model smollm2``, the
 default) or the tiny random-weight model (``--model tiny``, the default of ``--quick``). Each
-figure records its model, and ``--merge`` replaces only the figures of the model that ran
-(bench/models.py).
+figure records its model, and ``--merge`` replaces only the figures of the model (bench/models.py)
+and the executors that ran.
 
 Benchmarks: ``serving`` (our endpoint vs plain vLLM), ``group`` (PP=2 start-up, throughput, a
 restart with a warm cache, recovery from a killed worker and from a killed head, and a second
@@ -94,18 +94,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``old`` with the figures of the benchmarks ``new`` ran, on the model it ran them on,
-    replaced by ``new``'s: a run on one model keeps the other model's figures."""
-    rerun = {(figure["source"], models.model_of(figure)) for figure in new["figures"]}
-    kept = [
-        figure
-        for figure in old["figures"]
-        if (figure.get("source"), models.model_of(figure)) not in rerun
-    ]
+    """``old`` with the figures of the benchmarks ``new`` ran, on the model and executors it ran
+    them on, replaced by ``new``'s: a run on one model keeps the other model's figures, and a
+    group run of one executor (``--executors ray``) keeps the other executor's."""
+    rerun = {_merge_key(figure) for figure in new["figures"]}
+    kept = [figure for figure in old["figures"] if _merge_key(figure) not in rerun]
     new["figures"] = kept + new["figures"]
     new["command"] = f"{old['command']}; then {new['command']}"
     new["seconds"] = old["seconds"] + new["seconds"]
     return new
+
+
+def _merge_key(figure: dict[str, Any]) -> tuple[str, str, str]:
+    """What a figure of a later run replaces: its benchmark, model and executor ("" for the
+    figures of no executor, such as plain vLLM's)."""
+    executor = str((figure.get("config") or {}).get("executor", ""))
+    return str(figure.get("source")), models.model_of(figure), executor
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -16,7 +16,9 @@ from bench.__main__ import _merged
 from bench.figures import Figure, Goal, Load
 
 
-def _figure(source: str, model: str, name: str, value: float) -> dict[str, Any]:
+def _figure(
+    source: str, model: str, name: str, value: float, executor: str = "mp"
+) -> dict[str, Any]:
     benchmark = {"group": "startup", "serving": "serving"}.get(source, "cache")
     figure = Figure(
         benchmark,
@@ -25,7 +27,7 @@ def _figure(source: str, model: str, name: str, value: float) -> dict[str, Any]:
         value,
         50.0,
         "one plain vLLM server",
-        {"executor": "mp", "row": "start-up to Ready"} if source == "group" else {"x": 1},
+        {"executor": executor, "row": "start-up to Ready"} if source == "group" else {"x": 1},
         Load(0.1, 0.2),
         goal=Goal("difference", "<=", 3.0, "within 3 s of plain") if source == "group" else None,
         source=source,
@@ -62,6 +64,21 @@ def test_a_run_on_the_real_model_keeps_the_tiny_models_figures() -> None:
         ("", 1.0),
         ("smollm2", 90.0),
         ("tiny", 54.0),
+    ]
+
+
+def test_a_group_run_of_one_executor_keeps_the_other_executors_figures() -> None:
+    """``--executors ray --merge`` replaces the Ray figures and plain vLLM's, not mp's."""
+    mp = _figure("group", "tiny", "PP=2 mp group -> Ready", 54.0)
+    ray = _figure("group", "tiny", "PP=2 Ray group -> Ready", 57.0, executor="ray")
+    plain = _figure("group", "tiny", "plain vLLM warm restart", 20.0, executor="")
+    new_ray = _figure("group", "tiny", "PP=2 Ray group -> Ready", 56.0, executor="ray")
+    new_plain = _figure("group", "tiny", "plain vLLM warm restart", 21.0, executor="")
+    merged = _merged(_results(mp, ray, plain), _results(new_ray, new_plain))
+    assert sorted((f["config"]["executor"], f["value"]) for f in merged["figures"]) == [
+        ("", 21.0),
+        ("mp", 54.0),
+        ("ray", 56.0),
     ]
 
 
