@@ -292,7 +292,7 @@ def test_the_notes_say_where_the_cache_answers_and_how_releases_use_it(helm4: st
     values = deep_merge(CACHE_ONLY, {"modelCache": {"storageContainer": {"enabled": True}}})
     result = install_dry_run(helm4, values=values)
     assert result.returncode == 0, result.stderr
-    notes = result.stdout.split("NOTES:", 1)[1]
+    notes = result.notes()
     assert f"--set modelCache.endpoint={NODE_LOCAL}" in notes
     assert "rollout status daemonset/llm-multinode-llm-cache" in notes
     assert "storageContainerName: llm-multinode-llm-serving-hf" in notes
@@ -300,7 +300,7 @@ def test_the_notes_say_where_the_cache_answers_and_how_releases_use_it(helm4: st
     with_model = install_dry_run(
         helm4, values=deep_merge(CACHE_ONLY, {"model": {"uri": "pvc://models/llama"}})
     )
-    notes = with_model.stdout.split("NOTES:", 1)[1]
+    notes = with_model.notes()
     assert "port-forward svc/llm-multinode-llm-predictor 8080:80" in notes
     assert "Model cache:" in notes
     assert f"modelCache.endpoint={NODE_LOCAL}" in notes

@@ -107,7 +107,7 @@ def test_the_host_network_warning_names_the_mp_ports(helm4: str) -> None:
     values = {**DONE_WHEN, "hostNetwork": True}
     result = install_dry_run(helm4, values=values)
     assert result.returncode == 0, result.stderr
-    notes = result.stdout.split("NOTES:", 1)[1]
+    notes = result.notes()
     assert "29500 (vLLM's master port)" in notes
     assert "6380-6385" not in notes
     assert "Ray GCS" not in notes

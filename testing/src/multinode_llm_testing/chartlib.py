@@ -93,6 +93,11 @@ class Render:
         assert self.returncode == 0, f"{' '.join(self.args)} failed:\n{self.stderr}"
         return [d for d in yaml.safe_load_all(self.stdout) if d]
 
+    def notes(self) -> str:
+        """What Helm printed of NOTES.txt (helm install's output after "NOTES:")."""
+        assert self.returncode == 0, f"{' '.join(self.args)} failed:\n{self.stderr}"
+        return self.stdout.split("NOTES:", 1)[1]
+
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [d for d in self.documents() if d["kind"] == kind]
 
