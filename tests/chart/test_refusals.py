@@ -767,6 +767,64 @@ TABLE: dict[str, Refusal] = {
         "extraVolumeMounts[0].mountPath=/var/cache/multinode-llm/compile/",
         "the chart's compile cache (compileCache)",
     ),
+    # the way in (docs/traffic.md)
+    "ingress on a cache-only release": Refusal(
+        {"modelCache": {"enabled": True}, "traffic": {"ingress": {"enabled": True}}},
+        "traffic.ingress.enabled",
+        "there is no group to route to",
+        replace=True,
+    ),
+    "http route attached to no gateway": Refusal(
+        {"traffic": {"httpRoute": {"enabled": True}}},
+        "traffic.httpRoute.parentRefs",
+        "--set traffic.httpRoute.parentRefs[0].name=",
+    ),
+    "ingress certificate for a host it does not serve": Refusal(
+        {
+            "traffic": {
+                "ingress": {
+                    "enabled": True,
+                    "hosts": ["llm.example.com"],
+                    "tls": [{"hosts": ["api.example.com"], "secretName": "tls"}],
+                }
+            }
+        },
+        "traffic.ingress.tls[0].hosts",
+        "add api.example.com to traffic.ingress.hosts",
+    ),
+    "route path outside the head's routes": limit(
+        {"traffic": {"paths": ["/v1/../metrics"]}},
+        "traffic.paths[0]=/v1/../metrics",
+        "none of them '.' or '..'",
+    ),
+    "route path without its slash": limit(
+        {"traffic": {"paths": ["v1"]}}, "traffic.paths[0]=v1", "must be a URL path from '/'"
+    ),
+    "no route path": limit(
+        {"traffic": {"paths": []}}, "traffic.paths", "traffic.paths=[] must list at least 1 item"
+    ),
+    "request timeout in bare seconds": limit(
+        {"traffic": {"httpRoute": {"requestTimeout": "600"}}},
+        "traffic.httpRoute.requestTimeout=600",
+        "must be empty or a Gateway API duration",
+    ),
+    "request timeout as a number": schema(
+        {"traffic": {"httpRoute": {"requestTimeout": 600}}}, "traffic.httpRoute.requestTimeout"
+    ),
+    "gateway named by a key the api lacks": schema(
+        {"traffic": {"httpRoute": {"parentRefs": [{"gateway": "inference-gateway"}]}}},
+        "traffic.httpRoute.parentRefs",
+    ),
+    "gateway name in capitals": limit(
+        {"traffic": {"httpRoute": {"parentRefs": [{"name": "Inference"}]}}},
+        "traffic.httpRoute.parentRefs[0].name=Inference",
+        "must be a Gateway's name",
+    ),
+    "ingress host with a port": limit(
+        {"traffic": {"ingress": {"hosts": ["llm.example.com:443"]}}},
+        "traffic.ingress.hosts[0]=llm.example.com:443",
+        "with no port",
+    ),
     "group wait beyond the startup budget": Refusal(
         {"group": {"waitTimeoutSeconds": 3600}},
         "group.waitTimeoutSeconds",

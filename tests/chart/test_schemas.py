@@ -21,6 +21,7 @@ from multinode_llm_testing.chartlib import (
     scenarios,
     template,
 )
+from multinode_llm_testing.gateway_api import GATEWAY_KINDS
 from referencing import Registry, Resource
 
 SCENARIOS = scenarios()
@@ -61,7 +62,7 @@ def test_our_schemas_are_valid_json_schemas_with_a_description_on_top() -> None:
 def test_core_objects_are_valid_for_the_lowest_and_highest_kubernetes(
     major: str, scenario: str, kube_version: str
 ) -> None:
-    custom = (*KSERVE_KINDS, *MONITORING_KINDS)
+    custom = (*KSERVE_KINDS, *MONITORING_KINDS, *GATEWAY_KINDS)
     core = [d for d in rendered(major, scenario, kube_version) if d["kind"] not in custom]
     assert core, "no core objects rendered"
     for doc in core:

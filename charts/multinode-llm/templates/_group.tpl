@@ -295,7 +295,7 @@ template:
         {{- /* The predictor Service's port 80, then the head's container port: a KServe with
         serviceClusterIPNone makes that Service headless (service_reconciler.go), and its name then
         resolves to the head pod, which listens on 8080 only. */}}
-        {{- $predictor := printf "http://%s-predictor.%s.svc.%s" (include "multinode-llm.fullname" .) .Release.Namespace .Values.clusterDomain }}
+        {{- $predictor := include "multinode-llm.predictorUrl" . }}
         args:
           - await-group
           - {{ $predictor | quote }}

@@ -121,6 +121,25 @@ is computed: the base alone). */}}
 {{- end }}
 {{- end }}
 
+{{- /* The Service KServe makes in front of the head pods, port 80 to the head's first container
+port (service_reconciler.go createDefaultSvc, v0.15.0 to v0.20.0): what the readiness Job, the test
+pod, the Ingress and the HTTPRoute talk to. Context: root. */}}
+{{- define "multinode-llm.predictorService" -}}
+{{- include "multinode-llm.fullname" . }}-predictor
+{{- end }}
+
+{{- /* The predictor Service's URL inside the cluster. Context: root. */}}
+{{- define "multinode-llm.predictorUrl" -}}
+http://{{ include "multinode-llm.predictorService" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+{{- end }}
+
+{{- /* The name of the Ingress and of the HTTPRoute: not <fullname>, the name KServe 0.20 gives the
+Ingress it makes for an InferenceService once it is Ready (kube_ingress_reconciler.go,
+createRawIngress): two owners of one object would overwrite each other. Context: root. */}}
+{{- define "multinode-llm.trafficName" -}}
+{{- include "multinode-llm.fullname" . }}-api
+{{- end }}
+
 {{- /* Label KServe puts on the head and the worker pods of this InferenceService. Context: root. */}}
 {{- define "multinode-llm.groupSelector" -}}
 serving.kserve.io/inferenceservice: {{ include "multinode-llm.fullname" . }}
@@ -1063,6 +1082,9 @@ before rendering) */}}
 {{- /* the executor: the KServe release that has it, Ray-only values (docs/executors.md) */}}
 {{- $errors = concat $errors (include "multinode-llm.validateExecutor" . | fromJsonArray) }}
 
+{{- /* the way in: an Ingress or HTTPRoute needs a group behind it and somewhere to attach (docs/traffic.md) */}}
+{{- $errors = concat $errors (include "multinode-llm.validateTraffic" . | fromJsonArray) }}
+
 {{- /* the compile caches: a shared one on the model's claim, in a folder of its own (docs/compile-cache.md) */}}
 {{- $errors = concat $errors (include "multinode-llm.validateCompileCache" . | fromJsonArray) }}
 
@@ -1149,6 +1171,31 @@ is the message. */}}
 {{- include (trim $refusal) . }}
 {{- end }}
 {{- end }} {{- /* define "multinode-llm.validate" */}}
+
+{{- /* The refusals of traffic.*, as a JSON array of messages. Context: root. */}}
+{{- define "multinode-llm.validateTraffic" -}}
+{{- $traffic := .Values.traffic }}
+{{- $errors := list }}
+{{- range $kind := list "ingress" "httpRoute" }}
+{{- if and (index $traffic $kind "enabled") (not (include "multinode-llm.hasModel" $)) }}
+{{- $errors = append $errors (printf "traffic.%s.enabled=true with no model.uri: this release runs only the model cache, so there is no group to route to; set traffic.%s.enabled=false here and enable it in the release that serves the model" $kind $kind) }}
+{{- end }}
+{{- end }}
+{{- if and $traffic.httpRoute.enabled (not $traffic.httpRoute.parentRefs) }}
+{{- $errors = append $errors "traffic.httpRoute.enabled=true with no traffic.httpRoute.parentRefs: an HTTPRoute attached to no Gateway carries no traffic; name the Gateway, e.g. --set traffic.httpRoute.parentRefs[0].name=inference-gateway,traffic.httpRoute.parentRefs[0].namespace=gateway-system" }}
+{{- end }}
+{{- $hosts := $traffic.ingress.hosts | default list }}
+{{- if $hosts }}
+{{- range $i, $tls := $traffic.ingress.tls }}
+{{- range $tls.hosts }}
+{{- if not (has . $hosts) }}
+{{- $errors = append $errors (printf "traffic.ingress.tls[%d].hosts has %s, which traffic.ingress.hosts (%s) lacks: the Ingress has no rule for that host, so its certificate would serve nothing; add %s to traffic.ingress.hosts or remove it from the tls entry" $i . (join ", " $hosts) .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $errors }}
+{{- end }} {{- /* define "multinode-llm.validateTraffic" */}}
 
 {{- /* What the API server would refuse about the live model claim, said with the fix, as a JSON
 array of messages: helm install and upgrade can look the claim up; helm template, helm lint and
