@@ -29,6 +29,7 @@ from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
 from multinode_llm_local.kubelet import enter_command
 from multinode_llm_local.pods import PodPlan, make_readable
+from multinode_llm_testing import gateway_api
 from multinode_llm_testing import serving_checks as checks
 from multinode_llm_testing.locks import file_lock, vllm_lock
 from multinode_llm_testing.pod_processes import processes_in
@@ -45,6 +46,8 @@ MODEL = "tiny-llama"
 HEAL_S = 600
 Obj = dict[str, Any]
 TIMINGS: list[tuple[str, str, float]] = []
+# The Gateway API CRDs the chart's HTTPRoute needs: a route without them is not even sent.
+GATEWAY_API_CRDS = ("httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io")
 
 
 def record(scenario: str, what: str, seconds: float) -> None:
@@ -111,6 +114,17 @@ class RealCluster:
     ) -> subprocess.CompletedProcess[str]:
         return self.run([str(TOOLS / f"helm{version}"), *args], timeout=timeout, check=check)
 
+    def has_crd(self, name: str) -> bool:
+        return bool(self.kubectl("get", "crd", name, "--ignore-not-found", "-o", "name").strip())
+
+    def install_gateway_api(self) -> None:
+        """The Gateway API CRDs of ``gateway_api.version()`` (standard channel), Established."""
+        self.kubectl("apply", "--server-side", "-f", str(gateway_api.crd_dir()))
+        self.kubectl("wait", "--for=condition=Established", "crd", *GATEWAY_API_CRDS)
+
+    def uninstall_gateway_api(self) -> None:
+        self.kubectl("delete", "-f", str(gateway_api.crd_dir()), "--ignore-not-found")
+
     def model_claim(self, namespace: str, claim: str, model: Path) -> Path:
         """A ReadWriteMany claim ``claim`` in ``namespace`` (made by the cluster's provisioner,
         bound by the real PV controller) holding ``model`` at ``tiny-llama/``; its folder."""
@@ -157,6 +171,11 @@ class RealCluster:
 # Ready condition; 0.16.0-0.19.0 never set it True for a multi-node group (kserve-releases.yaml,
 # never-ready), so the chart documents Helm 3's checks ("legacy") for Helm 4.
 WAIT = {3: ("--wait",), 4: ("--wait=legacy",)}
+
+
+def set_flags(sets: Sequence[str]) -> list[str]:
+    """``--set KEY=VALUE`` for each of ``sets``, in order."""
+    return [arg for item in sets for arg in ("--set", item)]
 
 
 def chart_args(kserve: str, extra: Sequence[str] = ()) -> list[str]:
@@ -215,7 +234,7 @@ class Installed:
         """``helm upgrade`` with the values of the install and every upgrade before, plus
         ``sets`` (KEY=VALUE), waiting as the README says (or as ``wait`` says)."""
         self.sets = [*self.sets, *sets]
-        extra = [arg for item in self.sets for arg in ("--set", item)]
+        extra = set_flags(self.sets)
         return self.cluster.helm(
             "upgrade",
             self.release,
@@ -379,7 +398,7 @@ def install(
     timeout: str = "15m",
 ) -> Installed:
     """``helm install`` as the README says (``--wait --wait-for-jobs``), timed."""
-    extra = [arg for item in sets for arg in ("--set", item)]
+    extra = set_flags(sets)
     started = time.monotonic()
     cluster.helm(
         "install",
@@ -403,11 +422,17 @@ def install(
     return Installed(cluster, release, namespace, fullname, sets=list(sets))
 
 
+def helm_history(cluster: RealCluster, release: str, namespace: str, helm: int = 4) -> list[str]:
+    """``helm history`` of the release: each revision's status, oldest first."""
+    found = cluster.helm("history", release, "--namespace", namespace, "-o", "json", version=helm)
+    return [str(r["status"]) for r in json.loads(found.stdout)]
+
+
 def render_pending(release: str, namespace: str, kserve: str, *sets: str) -> list[Obj]:
     """The chart's runtime and InferenceService as helm renders them for ``kserve``, their pods
     pinned to a node label nobody has: for tests that read what KServe makes of them, with no
     group to run (a refused value cannot be rendered, so these objects then change by hand)."""
-    extra = [arg for item in sets for arg in ("--set", item)]
+    extra = set_flags(sets)
     rendered = subprocess.run(
         [str(TOOLS / "helm4"), "template", release, str(CHART), "--namespace", namespace,
          "--set", "model.uri=pvc://models/tiny-llama", "--set", f"kserve.version={kserve}",

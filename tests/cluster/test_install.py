@@ -22,6 +22,7 @@ from realcluster import (
     Clusters,
     Installed,
     RealCluster,
+    helm_history,
     install,
     record,
     serving_lock,
@@ -110,6 +111,69 @@ def test_kserve_reports_the_group_as_its_release_does(group: Installed) -> None:
 
 def test_real_kserve_made_what_the_emulation_says(group: Installed) -> None:
     assert oracle.differences(group, group.manifest()) == []
+
+
+OPEN_THE_WAY_IN = (
+    "traffic.ingress.enabled=true",
+    "traffic.ingress.hosts[0]=llm.example.com",
+    "traffic.httpRoute.enabled=true",
+    "traffic.httpRoute.parentRefs[0].name=inference-gateway",
+    "traffic.httpRoute.parentRefs[0].namespace=gateway-system",
+)
+
+
+def test_a_route_without_the_gateway_api_is_refused_before_anything_changes(
+    group: Installed,
+) -> None:
+    """Without the Gateway API CRDs Helm cannot map an HTTPRoute, says so, and applies nothing:
+    the release stays at its revision and the group keeps serving."""
+    if group.cluster.has_crd("httproutes.gateway.networking.k8s.io"):
+        pytest.skip("this cluster has the Gateway API CRDs already (a run before left them)")
+    revisions = helm_history(group.cluster, group.release, NAMESPACE)
+    result = group.upgrade(*OPEN_THE_WAY_IN, check=False)
+    group.sets = group.sets[: -len(OPEN_THE_WAY_IN)]
+    assert result.returncode != 0
+    assert 'no matches for kind "HTTPRoute" in version "gateway.networking.k8s.io/v1"' in (
+        result.stderr
+    )
+    assert helm_history(group.cluster, group.release, NAMESPACE) == revisions
+    assert group.serves()
+
+
+def test_the_way_in_is_admitted_and_opening_and_closing_it_rolls_nothing(
+    group: Installed,
+) -> None:
+    """With the Gateway API CRDs (standard channel) installed, the real API server admits the
+    Ingress and the HTTPRoute (its CEL rules included); both name the Service KServe made for the
+    head, port 80 to the head's 8080, which answers; neither the upgrade that opens the way in nor
+    the one that closes it rolls a pod."""
+    group.cluster.install_gateway_api()
+    try:
+        heads, workers = set(group.replica_sets("head")), set(group.replica_sets("worker"))
+        group.upgrade(*OPEN_THE_WAY_IN)
+        name = f"{group.isvc}-api"
+        route = group.cluster.get("httproute", "-n", NAMESPACE, name)
+        ingress = group.cluster.get("ingress", "-n", NAMESPACE, name)
+        [rule] = route["spec"]["rules"]
+        assert [m["path"]["value"] for m in rule["matches"]] == ["/v1", "/v2"]
+        [ref] = rule["backendRefs"]
+        backends = {
+            p["backend"]["service"]["name"] for p in ingress["spec"]["rules"][0]["http"]["paths"]
+        }
+        assert backends == {ref["name"]} == {f"{group.isvc}-predictor"}
+        service = group.cluster.get("service", "-n", NAMESPACE, ref["name"])
+        ports = {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+        assert (ref["port"], 8080) in ports
+        assert group.serves()
+        group.sets = group.sets[: -len(OPEN_THE_WAY_IN)]
+        group.upgrade()
+        assert group.cluster.items("httproutes,ingresses", "-n", NAMESPACE) == []
+        assert (set(group.replica_sets("head")), set(group.replica_sets("worker"))) == (
+            heads,
+            workers,
+        )
+    finally:
+        group.cluster.uninstall_gateway_api()
 
 
 def test_helm4_default_wait_reads_kserve_readiness(group: Installed) -> None:

@@ -15,7 +15,6 @@ list (about 17 minutes): ``tox -e cluster-lifecycle``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +31,11 @@ from realcluster import (
     Obj,
     RealCluster,
     chart_args,
+    helm_history,
     install,
     record,
     serving_lock,
+    set_flags,
     wait_for,
 )
 
@@ -111,7 +112,7 @@ def models() -> dict[int, Modelled]:
 
 def rendered(cluster: RealCluster, helm: int, sets: Sequence[str] = ()) -> list[Obj]:
     """``helm template`` of what the step installs: the documents the model is given."""
-    extra = [arg for item in sets for arg in ("--set", item)]
+    extra = set_flags(sets)
     found = cluster.helm("template", RELEASE, str(CHART), "--namespace", namespace(helm),
                          *chart_args(cluster.kserve, extra), version=helm)  # fmt: skip
     return [doc for doc in yaml.safe_load_all(found.stdout) if doc]
@@ -164,9 +165,7 @@ def readiness_jobs(group: Installed) -> dict[str, Obj]:
 
 def history(cluster: RealCluster, helm: int) -> list[str]:
     """``helm history`` of Helm ``helm``'s release: each revision's status, oldest first."""
-    found = cluster.helm("history", RELEASE, "--namespace", namespace(helm), "-o", "json",
-                         version=helm)  # fmt: skip
-    return [str(r["status"]) for r in json.loads(found.stdout)]
+    return helm_history(cluster, RELEASE, namespace(helm), helm)
 
 
 def timed(group: Installed, helm: int, what: str, started: float) -> None:
