@@ -54,6 +54,9 @@ RENEW_S = 10.0
 STATUS_S = 60.0
 STATUS_DEBOUNCE_S = 0.2
 CLAIM_RETRY_S = 2.0
+# A pod whose containers cannot be made yet is tried again after 1 s, then twice as long each
+# time up to 10 s (kubelet resyncs a pod that failed to start every few seconds).
+PLAN_RETRY_FIRST_S, PLAN_RETRY_MAX_S = 1.0, 10.0
 AGENT_VERSION = "multinode-llm-local://0.1.0"
 T = TypeVar("T")
 
@@ -381,13 +384,11 @@ class PodWorker:
         self._status_task = spawn(self._status_loop())
         try:
             await self._make_sandbox()
-            plan = await self._plan()
         except UserError as error:
-            self.failure = str(error)
-            self.agent.event(self.pod, "Failed", self.failure, warning=True)
-            self.changed()
+            self._failed(error)
             return
-        if self._stopping:  # deleted while its sandbox was made: terminate() saw no network
+        plan = await self._planned()
+        if plan is None or self._stopping:  # deleted meanwhile: terminate() saw no network
             await self._remove_network()
             return
         self.plan = plan
@@ -411,6 +412,34 @@ class PodWorker:
         self.changed()
         if not self._stopping:
             await self._remove_network()
+
+    async def _planned(self) -> PodPlan | None:
+        """The pod's plan, tried again until it can be made, as kubelet's pod worker retries a
+        pod whose containers it cannot create: an image not there, a claim's folder that a Job
+        is still filling, an object still to come, or an API error (the node authorizer refuses
+        a node its pod's objects until its graph has seen the pod bound there). The reason stays
+        in the pod's status until it goes. None once the pod is deleted."""
+        delay = PLAN_RETRY_FIRST_S
+        while True:
+            try:
+                plan = await self._plan()
+            except (UserError, ApiError) as error:
+                self._failed(error)
+                if await self.sleep(delay):
+                    return None
+                delay = min(delay * 2, PLAN_RETRY_MAX_S)
+                continue
+            if self.failure:
+                self.failure = ""
+                self.waiting.clear()
+                self.changed()
+            return plan
+
+    def _failed(self, error: UserError | ApiError) -> None:
+        if str(error) != self.failure:  # one event per reason, as kubelet's are aggregated
+            self.failure = str(error)
+            self.agent.event(self.pod, "Failed", self.failure, warning=True)
+        self.changed()
 
     async def terminate(self, grace: float | None, final_delete: bool = True) -> None:
         """Stop the pod's containers (SIGTERM, then SIGKILL after ``grace``), remove its
