@@ -1,0 +1,111 @@
+"""An hf:// model on real KServe: the chart's own claim and its download Job, which reach a FAKE
+Hugging Face Hub (the real Hub cannot be reached here) served on this machine's end of the
+cluster's uplink (``ClusterInfo.root_ip``), the address pods may reach. The fake Hub counts every
+blob byte it sends, which is the oracle: the claim outlives an uninstall, a reinstall over it
+downloads nothing, and a shrink of the claim is refused before anything changes.
+
+One real cluster and one release serve every test of this module, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from multinode_llm_local.kserve import releases
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from realcluster import Clusters, Installed, RealCluster, install, serving_lock
+
+NAMESPACE = "hub-llm"
+REPO = "org/tiny-llama"
+RELEASE = "hf"
+CLAIM = f"{RELEASE}-multinode-llm-model"
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters: Clusters) -> Iterator[RealCluster]:
+    running = clusters.get(releases.default().version)
+    running.kubectl("create", "namespace", NAMESPACE)
+    yield running
+    running.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def hub(cluster: RealCluster, tiny_model: Path) -> Iterator[FakeHub]:
+    files = {
+        str(path.relative_to(tiny_model)): path.read_bytes()
+        for path in sorted(tiny_model.rglob("*"))
+        if path.is_file()
+    }
+    fake = FakeHub(host=cluster.info.root_ip)
+    fake.xet = False
+    fake.add(FakeRepo(REPO, files))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+def model_sets(hub: FakeHub, *more: str) -> tuple[str, ...]:
+    """The values of an hf:// release that downloads through the fake Hub."""
+    return (
+        f"model.uri=hf://{REPO}",
+        f"modelCache.endpoint={hub.url}",
+        "model.storage.size=1Gi",
+        *more,
+    )
+
+
+@pytest.fixture(scope="module")
+def group(cluster: RealCluster, hub: FakeHub) -> Iterator[Installed]:
+    with serving_lock():
+        yield install(cluster, RELEASE, NAMESPACE, *model_sets(hub))
+
+
+def blob_bytes(hub: FakeHub) -> int:
+    return sum(hub.blob_bytes.values())
+
+
+def test_the_download_job_staged_every_file_once_and_the_group_serves(
+    group: Installed, hub: FakeHub
+) -> None:
+    repo = hub.repos[("models", REPO)]
+    assert dict(hub.blob_bytes) == {path: len(body) for path, body in repo.files.items()}
+    assert group.serves()
+    claim = group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["status"]["phase"] == "Bound"
+
+
+def test_a_shrink_of_the_claim_is_refused_before_anything_changes(
+    group: Installed, hub: FakeHub
+) -> None:
+    result = group.upgrade("model.storage.size=512Mi", check=False)
+    group.sets = group.sets[:-1]
+    assert result.returncode != 0
+    assert "model.storage.size=512Mi is smaller than the volume" in result.stderr, result.stderr
+    assert "a volume cannot shrink" in result.stderr
+    claim = group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert group.serves()
+
+
+def test_a_new_storage_class_for_the_claim_is_refused(group: Installed) -> None:
+    result = group.upgrade("model.storage.storageClassName=other", check=False)
+    group.sets = group.sets[:-1]
+    assert result.returncode != 0
+    assert "a claim's class cannot change" in result.stderr, result.stderr
+
+
+def test_uninstall_keeps_the_claim_and_a_reinstall_serves_from_it_downloading_nothing(
+    group: Installed, hub: FakeHub
+) -> None:
+    sent = blob_bytes(hub)
+    uid = group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)["metadata"]["uid"]
+    group.cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
+    assert group.cluster.items("inferenceservices", "-n", NAMESPACE) == []
+    assert group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)["metadata"]["uid"] == uid
+    again = install(group.cluster, RELEASE, NAMESPACE, *model_sets(hub))  # the group's lock held
+    assert again.serves()
+    assert group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)["metadata"]["uid"] == uid
+    assert blob_bytes(hub) == sent, "the reinstall downloaded again"
