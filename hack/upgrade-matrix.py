@@ -245,6 +245,15 @@ CHANGES = [
             }
         },
     ),
+    Change(
+        "traffic.ingress.enabled", "false -> true", {}, {"traffic": {"ingress": {"enabled": True}}}
+    ),
+    Change(
+        "traffic.httpRoute.enabled",
+        "false -> true (one Gateway)",
+        {},
+        {"traffic": {"httpRoute": {"enabled": True, "parentRefs": [{"name": "gateway"}]}}},
+    ),
     Change("tests.prompt", "another prompt", {}, {"tests": {"prompt": "Say goodbye."}}),
     Change(
         "download.resources",
