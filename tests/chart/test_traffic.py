@@ -28,8 +28,7 @@ KINDS = ("Ingress", "HTTPRoute")
 
 def rendered(values: dict[str, Any] = ROUTED, major: str = "helm4") -> dict[str, dict[str, Any]]:
     """Kind -> the one object of that kind, for the kinds of the way in."""
-    found = {d["kind"]: d for d in template(major, values=values).documents() if d["kind"] in KINDS}
-    return found
+    return {d["kind"]: d for d in template(major, values=values).documents() if d["kind"] in KINDS}
 
 
 def with_traffic(**changes: Any) -> dict[str, Any]:
