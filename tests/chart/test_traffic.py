@@ -118,8 +118,9 @@ def test_the_route_waits_ten_minutes_by_default_and_leaves_it_to_the_gateway_whe
 
 
 def test_neither_takes_the_name_kserve_gives_its_own_ingress() -> None:
-    """KServe 0.20 makes an Ingress named after the InferenceService once it is Ready
-    (kube_ingress_reconciler.go, createRawIngress, v0.20.0): the chart's must not be that one."""
+    """KServe makes an Ingress named after the InferenceService once PredictorReady is True
+    (kube_ingress_reconciler.go, createRawIngress, v0.15.0 to v0.20.0; a multi-node group gets
+    there on 0.15 and 0.20): the chart's must not be that one."""
     names = {d["metadata"]["name"] for d in rendered().values()}
     assert names == {"llm-multinode-llm-api"}
 

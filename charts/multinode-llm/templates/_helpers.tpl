@@ -133,9 +133,10 @@ pod, the Ingress and the HTTPRoute talk to. Context: root. */}}
 http://{{ include "multinode-llm.predictorService" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
 {{- end }}
 
-{{- /* The name of the Ingress and of the HTTPRoute: not <fullname>, the name KServe 0.20 gives the
-Ingress it makes for an InferenceService once it is Ready (kube_ingress_reconciler.go,
-createRawIngress): two owners of one object would overwrite each other. Context: root. */}}
+{{- /* The name of the Ingress and of the HTTPRoute: not <fullname>, the name KServe gives the
+Ingress it makes for an InferenceService once PredictorReady is True (kube_ingress_reconciler.go,
+createRawIngress, v0.15.0 to v0.20.0; a multi-node group gets there on 0.15 and 0.20): two owners
+of one object would overwrite each other. Context: root. */}}
 {{- define "multinode-llm.trafficName" -}}
 {{- include "multinode-llm.fullname" . }}-api
 {{- end }}
