@@ -148,6 +148,34 @@ def test_a_branch_is_resolved_once_and_a_rollback_finds_its_commit(
     assert layout.staged_model(root, "main") == layout.snapshot_dir(root, first)
 
 
+def test_a_model_an_older_release_left_flat_is_adopted_and_only_a_bad_file_downloaded(
+    fake_hub: FakeHub, repo: FakeRepo, tmp_path: Path
+) -> None:
+    """The chart's releases before this layout had KServe's storage initializer write the
+    revision's files flat into ROOT/REVISION/. A move from one links each file that matches the
+    commit (size and hash) into the snapshot, taking no second copy, and fetches the rest."""
+    root = tmp_path / "volume" / "models" / "org" / "model"
+    legacy = root / "main"
+    for path, content in repo.files.items():
+        (legacy / path).parent.mkdir(parents=True, exist_ok=True)
+        (legacy / path).write_bytes(content)
+    bad = "model-00002-of-00002.safetensors"
+    spoiled = bytearray(repo.files[bad])
+    spoiled[len(spoiled) // 2] ^= 0xFF
+    (legacy / bad).write_bytes(bytes(spoiled))
+    fake_hub.reset_counts()
+    result = stage(fake_hub, root, "hf://org/model")
+    assert result.returncode == 0, result.stderr
+    snapshot = layout.staged_model(root, "main")
+    assert_same_files(snapshot, repo.files)
+    good = "model-00001-of-00002.safetensors"
+    assert (snapshot / good).stat().st_ino == (legacy / good).stat().st_ino
+    assert (snapshot / bad).stat().st_ino != (legacy / bad).stat().st_ino
+    assert fake_hub.blob_bytes[bad] == len(repo.files[bad])
+    assert fake_hub.blob_bytes[good] == 0, "a file the volume held whole was downloaded again"
+    assert "adopted 6 files an older release staged" in result.stderr
+
+
 def test_a_file_removed_from_a_staged_snapshot_is_named_at_the_head(
     fake_hub: FakeHub, repo: FakeRepo, tmp_path: Path
 ) -> None:

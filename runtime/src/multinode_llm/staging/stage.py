@@ -8,7 +8,10 @@ It ends with a complete, verified snapshot on the volume, or fails naming what i
    file list (sizes, hashes) is read from the Hub, its total size less what is on the volume
    already is checked against the volume's free space (``room.py``: a model that cannot fit fails
    at once, naming the ``model.storage.size`` it needs), and the files are downloaded with
-   huggingface_hub into ``snapshots/COMMIT``.
+   huggingface_hub into ``snapshots/COMMIT``. Before that, a file that the chart's older releases
+   left whole on the volume is linked in instead (``_adopt``): their storage initializer wrote the
+   revision's files flat into ``ROOT/REVISION/`` (or ``ROOT/`` with ``model.storage.path``), so a
+   move from such a release would otherwise download the whole model again beside it.
 3. Every file is checked against that list, sizes and hashes: ``snapshot_download`` returns success
    on a partial folder when the Hub answers 429/5xx or times out (huggingface_hub
    ``_snapshot_download.py``), so its answer is not trusted. Missing or wrong files are fetched
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,6 +173,7 @@ def stage(
         sum(f.size for f in files),
         snapshot,
     )
+    _adopt(root, source, snapshot, files)
     room.check(snapshot, files, f"{source.repo}@{source.revision} ({commit})")
     left = _download(source, commit, files, snapshot, attempts, hub, sleep)
     if left:
@@ -184,6 +190,27 @@ def stage(
     write_atomic(ref_file(root, source.revision), commit + "\n")
     log.info("staged %s@%s as %s", source.repo, source.revision, commit)
     return 0
+
+
+def _adopt(root: Path, source: Source, snapshot: Path, files: tuple[FileEntry, ...]) -> None:
+    """Link into ``snapshot`` each file it lacks that an older release of the chart left whole on
+    the volume, checked against the commit's size and hash (verified bytes only): a hard link on
+    the same volume takes no second copy; where the volume has none, a copy."""
+    missing = [entry for entry, _ in defects(snapshot, files, hashes=False)]
+    adopted = 0
+    for folder in (root / source.revision, root):
+        for entry in [e for e in missing if not defects(folder, (e,), hashes=True)]:
+            target = snapshot / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)
+            try:
+                os.link(folder / entry.path, target)
+            except OSError:
+                shutil.copy2(folder / entry.path, target)
+            missing.remove(entry)
+            adopted += 1
+    if adopted:
+        log.info("adopted %d files an older release staged (flat under %s)", adopted, root)
 
 
 def _download(
