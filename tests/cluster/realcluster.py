@@ -123,7 +123,11 @@ class RealCluster:
         self.kubectl("wait", "--for=condition=Established", "crd", *GATEWAY_API_CRDS)
 
     def uninstall_gateway_api(self) -> None:
-        self.kubectl("delete", "-f", str(gateway_api.crd_dir()), "--ignore-not-found")
+        """Delete the CRDs without waiting: the API server's finalizer removes them in the
+        background, and a loaded machine took more than kubectl's two minutes to (CI, 4 Dec)."""
+        self.kubectl(
+            "delete", "-f", str(gateway_api.crd_dir()), "--ignore-not-found", "--wait=false"
+        )
 
     def model_claim(self, namespace: str, claim: str, model: Path) -> Path:
         """A ReadWriteMany claim ``claim`` in ``namespace`` (made by the cluster's provisioner,
