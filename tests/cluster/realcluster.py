@@ -27,6 +27,7 @@ from multinode_llm_local import cluster as local_cluster
 from multinode_llm_local.controlplane import cluster as real
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
+from multinode_llm_local.kserve import releases
 from multinode_llm_local.kubelet import enter_command
 from multinode_llm_local.pods import PodPlan, make_readable
 from multinode_llm_testing import gateway_api
@@ -454,6 +455,16 @@ def events(cluster: RealCluster, namespace: str, name: str) -> list[str]:
     found = cluster.items("events", "-n", namespace, "--field-selector",
                           f"involvedObject.name={name}")  # fmt: skip
     return [f"{e.get('reason', '')}: {e.get('message', '')}" for e in found]
+
+
+@contextlib.contextmanager
+def with_namespace(clusters: Clusters, namespace: str) -> Iterator[RealCluster]:
+    """The default KServe release's cluster with ``namespace`` made for a module, and removed
+    (without waiting) after it."""
+    running = clusters.get(releases.default().version)
+    running.kubectl("create", "namespace", namespace)
+    yield running
+    running.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
-from multinode_llm_local.kserve import releases
 from realcluster import (
     CHART,
     TOOLS,
@@ -27,6 +26,7 @@ from realcluster import (
     events,
     render_pending,
     wait_for,
+    with_namespace,
 )
 
 NAMESPACE = "audit-long-namespace"  # 20 characters
@@ -36,10 +36,8 @@ PREDICTOR = "-predictor-"
 
 @pytest.fixture(scope="module")
 def cluster(clusters: Clusters) -> Iterator[RealCluster]:
-    running = clusters.get(releases.default().version)
-    running.kubectl("create", "namespace", NAMESPACE)
-    yield running
-    running.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with with_namespace(clusters, NAMESPACE) as running:
+        yield running
 
 
 def _renamed(objects: list[Obj], name: str) -> list[Obj]:

@@ -13,9 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from multinode_llm_local.kserve import releases
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
-from realcluster import Clusters, Installed, RealCluster, install, serving_lock
+from realcluster import (
+    Clusters,
+    Installed,
+    RealCluster,
+    install,
+    serving_lock,
+    with_namespace,
+)
 
 NAMESPACE = "hub-llm"
 REPO = "org/tiny-llama"
@@ -25,10 +31,8 @@ CLAIM = f"{RELEASE}-multinode-llm-model"
 
 @pytest.fixture(scope="module")
 def cluster(clusters: Clusters) -> Iterator[RealCluster]:
-    running = clusters.get(releases.default().version)
-    running.kubectl("create", "namespace", NAMESPACE)
-    yield running
-    running.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with with_namespace(clusters, NAMESPACE) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
