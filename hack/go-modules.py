@@ -3,6 +3,7 @@
 
     python3 hack/go-modules.py            # every module: go.mod from PINS, then `go mod tidy`
     python3 hack/go-modules.py kserve     # only the KServe releases (one module per release)
+    python3 hack/go-modules.py lws etcd   # only the modules named (keys of PINS)
 
 Each module is a folder with a ``go.mod`` whose ``tool`` lines name the programs to build
 (``multinode_llm_local.controlplane.build`` builds them) and a ``go.sum``. Kubernetes' staging
@@ -56,6 +57,9 @@ PINS: dict[str, tuple[str, str, list[str]]] = {
         "v0.18.0",
         ["github.com/brancz/kube-rbac-proxy/cmd/kube-rbac-proxy"],
     ),
+    # LeaderWorkerSet's controller, for the chart's `group.backend: lws`. The proxy serves the
+    # module's zip up to v0.9.0; v0.10.x and v0.11.0 answer 403 (2026-12-04).
+    "lws": ("sigs.k8s.io/lws", "v0.9.0", ["sigs.k8s.io/lws/cmd"]),
 }
 MODULE_PATHS = {"etcd": "multinode-llm.local/etcd"}
 ETCD_MAIN = """\
@@ -129,8 +133,10 @@ def write_module(
     print(f"wrote {folder.relative_to(ROOT)} ({module} {version})")
 
 
-def fixed_modules() -> None:
+def fixed_modules(names: list[str]) -> None:
     for name, (module, version, tools) in PINS.items():
+        if names and name not in names:
+            continue
         replaces: list[str] = []
         if name == "kubernetes":
             text = module_file(module, version)
@@ -168,8 +174,9 @@ def kserve_modules() -> None:
 def main(argv: list[str]) -> int:
     GO.mkdir(parents=True, exist_ok=True)
     if argv[:1] != ["kserve"]:
-        fixed_modules()
-    kserve_modules()
+        fixed_modules(argv)
+    if not argv or argv == ["kserve"]:
+        kserve_modules()
     return 0
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from multinode_llm.errors import UserError
-from multinode_llm_local.controlplane import build, kserve, node, runtime
+from multinode_llm_local.controlplane import build, certmanager, kserve, node, runtime
 from multinode_llm_local.controlplane.network import ClusterNetwork
+from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.kserve import releases
 from multinode_llm_local.pods import PodIdentity, plan_pod
 
@@ -104,6 +105,43 @@ def test_an_image_without_a_stand_in_fails_as_a_pull_would(tmp_path: Path) -> No
         runtime.resolve("busybox:1.36", {}, "0.19.0", tmp_path)
     with pytest.raises(runtime.ImageUnavailableError, match=r"KServe 0\.19\.0"):
         runtime.resolve("kserve/kserve-controller:v0.15.2", {"manager": "/x"}, "0.19.0", tmp_path)
+
+
+def test_leader_worker_sets_manager_runs_from_its_build_at_the_pinned_tag(tmp_path: Path) -> None:
+    program = tmp_path / "lws-1" / "cmd"
+    program.parent.mkdir()
+    program.write_bytes(b"\x7fELF")
+    programs = {"lws": str(program)}
+    image = runtime.resolve(
+        "registry.k8s.io/lws/lws:v0.9.0", programs, "0.19.0", tmp_path, "v0.9.0"
+    )
+    assert (image.entrypoint, image.user) == (("/manager",), 65532)
+    assert (Path(image.rootfs) / "manager").read_bytes() == b"\x7fELF"
+    with pytest.raises(runtime.ImageUnavailableError, match=r"LeaderWorkerSet v0\.9\.0"):
+        runtime.resolve("registry.k8s.io/lws/lws:v0.8.0", programs, "0.19.0", tmp_path, "v0.9.0")
+
+
+def test_the_cert_manager_stand_in_issues_each_certificate_and_injects_its_ca(
+    tmp_path: Path,
+) -> None:
+    """LWS's chart (cert-manager mode) renders an empty Secret of the Certificate's name and no
+    inject annotation: the stand-in replaces the one and, asked to, injects the CA anyway."""
+    certificate = {
+        "kind": "Certificate",
+        "metadata": {"name": "serving-cert", "namespace": "lws-system"},
+        "spec": {"secretName": "webhook-cert", "dnsNames": ["svc.lws-system.svc"]},
+    }
+    empty = {"kind": "Secret", "metadata": {"name": "webhook-cert", "namespace": "lws-system"}}
+    webhook = {"kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"}, "webhooks": [{}]}
+    issuer = {"kind": "Issuer", "metadata": {"name": "self"}}
+    pki = Pki(tmp_path / "pki")
+    out = certmanager.stand_in([certificate, empty, webhook, issuer], pki, "lws-system", True)
+    assert [o["kind"] for o in out] == ["Secret", "MutatingWebhookConfiguration"]
+    assert out[0]["type"] == "kubernetes.io/tls"
+    assert "tls.key" in out[0]["data"]
+    assert out[1]["webhooks"][0]["clientConfig"]["caBundle"]
+    untouched = certmanager.stand_in([webhook | {"webhooks": [{}]}], pki, "lws-system")
+    assert "clientConfig" not in untouched[0]["webhooks"][0]
 
 
 def test_the_network_keeps_its_addresses_apart() -> None:

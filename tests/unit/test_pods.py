@@ -256,6 +256,21 @@ def test_volumes_become_tmpfs_and_bind_mounts(tmp_path: Path) -> None:
     ]
 
 
+def test_a_mount_point_outside_the_hosts_folders_needs_an_image_root_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """LeaderWorkerSet's manager mounts its config file at /controller_manager_config.yaml: a
+    container in this machine's root may not make it, one in a Go image's root may."""
+    spec = {
+        "volumes": [{"name": "config", "emptyDir": {}}],
+        **_pod_spec(volumeMounts=[{"name": "config", "mountPath": "/no-such-top/config.yaml"}]),
+    }
+    with pytest.raises(UserError, match=r"/no-such-top does not exist on this machine"):
+        plan_pod(_identity(tmp_path), spec, [], {})
+    plan = plan_pod(_identity(tmp_path), spec, [], {}, own_roots=frozenset({"c"}))
+    assert "/no-such-top/config.yaml" in [m.target for m in plan.containers[0].mounts]
+
+
 def test_every_container_gets_a_private_tmp_and_shm_by_default(tmp_path: Path) -> None:
     mounts = plan_pod(_identity(tmp_path), _pod_spec(), [], {}).containers[0].mounts
     assert {(m.target, m.kind) for m in mounts} == {

@@ -251,7 +251,13 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     status = commands.add_parser("status", help="the cluster's info and its processes")
     down = commands.add_parser("down", help="stop everything and remove it (safe to repeat)")
-    for each in (up, status, down):
+    lws = commands.add_parser(
+        "lws",
+        help="install LeaderWorkerSet's controller (built from sigs.k8s.io/lws) on the running "
+        "cluster, for the chart's group.backend=lws",
+    )
+    lws.add_argument("--remove", action="store_true", help="uninstall it instead")
+    for each in (up, status, down, lws):
         each.add_argument(
             "--prefix",
             default=real.DEFAULT_PREFIX,
@@ -279,7 +285,7 @@ def _cluster(args: argparse.Namespace) -> int:
         return 0
     if command == "build":
         modules = build.modules()
-        names = ["kubernetes", "etcd", "coredns", "kube-rbac-proxy"]
+        names = list(real.PROGRAM_MODULES)
         asked = args.kserve_version or [""]
         versions = real_kserve.built_versions() if "all" in asked else asked
         names += [real_kserve.resolve(v).module.name for v in versions]
@@ -292,6 +298,9 @@ def _cluster(args: argparse.Namespace) -> int:
             print(f"no real cluster with prefix {args.prefix} is up")
             return 1
         print(json.dumps(current, indent=1))
+        return 0
+    if command == "lws":
+        print(real.leader_worker_set(args.prefix, remove=args.remove))
         return 0
     removed = real.down(args.prefix)
     print("removed: " + ", ".join(removed) if removed else f"nothing to remove for {args.prefix}")

@@ -163,10 +163,14 @@ def plan_pod(
     pod_spec: Obj,
     objects: list[Obj],
     claims: Mapping[str, Path],
+    own_roots: frozenset[str] = frozenset(),
 ) -> PodPlan:
-    """The kubelet's view of one pod: containers resolved against this host."""
+    """The kubelet's view of one pod: containers resolved against this host (``own_roots``: the
+    containers whose image has a root filesystem of its own, where any mount point may be made)."""
     containers = [
-        plan_container(identity, pod_spec, container, objects, claims)
+        plan_container(
+            identity, pod_spec, container, objects, claims, container["name"] in own_roots
+        )
         for container in pod_spec["containers"]
     ]
     return PodPlan(
@@ -189,6 +193,7 @@ def plan_container(
     container: Obj,
     objects: list[Obj],
     claims: Mapping[str, Path],
+    own_root: bool = False,
 ) -> ContainerPlan:
     name = container["name"]
     what = f"pod {identity.name}, container {name}"
@@ -202,7 +207,7 @@ def plan_container(
     argv = [expand(arg, env) for arg in [*container["command"], *(container.get("args") or [])]]
     security = container.get("securityContext") or {}
     capabilities = security.get("capabilities") or {}
-    mounts = container_mounts(identity, pod_spec, container, objects, claims, env)
+    mounts = container_mounts(identity, pod_spec, container, objects, claims, env, own_root)
     for mount in mounts:
         if mount.kind == "bind" and any(
             Path(mount.source).is_relative_to(c) for c in claims.values()
@@ -351,8 +356,13 @@ def container_mounts(
     objects: list[Obj],
     claims: Mapping[str, Path],
     env: Mapping[str, str],
+    own_root: bool = False,
 ) -> list[Mount]:
-    """The container's volume mounts resolved to host directories and tmpfs, shallowest first."""
+    """The container's volume mounts resolved to host directories and tmpfs, shallowest first.
+
+    A container that runs in this machine's root gets its mount points under this root's existing
+    top folders only; one with a root filesystem of its own (``own_root``: a Go image) gets any,
+    made in that root as a container runtime makes them (container.py)."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
     mounts: list[Mount] = []
     owner = _subpath_owner(pod_spec, container, f"pod {identity.name}")
@@ -363,7 +373,7 @@ def container_mounts(
             raise UserError(f"{what} is mounted at {spec['mountPath']} but not declared in volumes")
         sub_path = spec.get("subPath") or expand(spec.get("subPathExpr", ""), env)
         top = Path("/", *Path(spec["mountPath"]).parts[1:2])
-        if not top.exists():
+        if not own_root and not top.exists():
             raise UserError(
                 f"{what}: mountPath {spec['mountPath']}: {top} does not exist on this machine "
                 "and the local cluster does not write to the host's /: "

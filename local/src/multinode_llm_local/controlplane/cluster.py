@@ -37,7 +37,7 @@ from typing import Any
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.chart import find_chart, find_helm
-from multinode_llm_local.controlplane import build, kserve
+from multinode_llm_local.controlplane import build, kserve, lws
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.netns import namespaces_with_prefix, require_root
@@ -59,6 +59,9 @@ PROCESSES = (
     "kube-proxy",
     "node-daemon",
 )
+
+# The modules of local/go every cluster builds, beside its KServe release's.
+PROGRAM_MODULES = ("kubernetes", "etcd", "coredns", "kube-rbac-proxy", "lws")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class ClusterInfo:
     kubernetes: str
     kserve: str
     kserve_source: str  # "module github.com/kserve/kserve@vX.Y.Z"
+    lws: str  # the LeaderWorkerSet release built (vX.Y.Z), installed only on demand
     nodes: list[str]
     gpus_per_node: int
     cpus_per_node: int
@@ -178,6 +182,7 @@ def _start(
         kubernetes=build.modules()["kubernetes"].required("k8s.io/kubernetes"),
         kserve=release.version,
         kserve_source=release.source,
+        lws=lws.version(),
         nodes=nodes,
         gpus_per_node=options.gpus_per_node,
         cpus_per_node=options.cpus_per_node,
@@ -237,6 +242,23 @@ def _start(
     progress(f"installing KServe {release.version} ({release.source})")
     kserve.install(kubectl, release, pki, find_helm(find_chart()), progress)
     return info
+
+
+def leader_worker_set(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str:
+    """Install LeaderWorkerSet's controller on the running cluster (or ``remove`` it)."""
+    state = State(prefix)
+    info = state.info()
+    if info is None or not _alive(state, "kube-apiserver"):
+        raise UserError(
+            f"no real cluster with prefix {prefix!r} is up: run `multinode-llm-local cluster up`"
+        )
+    kubectl = Kubectl(state.kubeconfig)
+    helm = find_helm(find_chart())
+    if remove:
+        lws.uninstall(kubectl, helm)
+        return f"LeaderWorkerSet {info.lws} removed"
+    lws.install(kubectl, Pki(state.directory / "pki"), helm)
+    return f"LeaderWorkerSet {info.lws} serves its webhooks (module {lws.MODULE}@{info.lws})"
 
 
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
@@ -324,16 +346,14 @@ class Kubectl:
 
 def _build_programs(kserve_module: build.Module, progress: Progress) -> dict[str, Path]:
     modules = build.modules()
-    folders = {
-        name: build.build(modules[name], progress)
-        for name in ("kubernetes", "etcd", "coredns", "kube-rbac-proxy")
-    }
+    folders = {name: build.build(modules[name], progress) for name in PROGRAM_MODULES}
     folders["kserve"] = build.build(kserve_module, progress)
     programs = {
         "etcd": folders["etcd"] / "etcd",
         "coredns": folders["coredns"] / "coredns",
         "kube-rbac-proxy": folders["kube-rbac-proxy"] / "kube-rbac-proxy",
         "manager": folders["kserve"] / "manager",
+        "lws": folders["lws"] / "cmd",  # sigs.k8s.io/lws/cmd, installed on demand (lws.py)
     }
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"):
         programs[name] = folders["kubernetes"] / name

@@ -10,16 +10,12 @@ Service, from 0.17 without the built-in runtimes) and, from 0.17, ``charts/kserv
 deployment mode the release calls raw (RawDeployment, or Standard from 0.16 on, as
 ``kserve-releases.yaml`` says) and applied with real kubectl.
 
-One thing stands in for what a real cluster would run: cert-manager. KServe's charts ask it for a
-``Certificate`` of the webhook Service and for its CA in every webhook configuration
-(``cert-manager.io/inject-ca-from``). Here ``pki.py`` issues that certificate into the Secret the
-Certificate names, and the CA bundle is written where cert-manager's cainjector would write it.
-The ``Certificate`` and ``Issuer`` objects themselves are left out (their CRDs are cert-manager's).
+One thing stands in for what a real cluster would run: cert-manager (``certmanager.py``), which
+KServe's charts ask for the webhook Service's certificate and its CA.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import time
@@ -31,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from multinode_llm.errors import UserError
 
-from multinode_llm_local.controlplane import build
+from multinode_llm_local.controlplane import build, certmanager
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.kserve import releases
 
@@ -40,8 +36,6 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 NAMESPACE = "kserve"
-CERT_MANAGER_KINDS = ("Certificate", "Issuer", "ClusterIssuer")
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 READY_S = 300.0
 
 
@@ -134,16 +128,12 @@ def install(
     kubectl.apply(_stream(crds))
     for crd in crds:
         kubectl.wait_for("crd", crd["metadata"]["name"], "condition=Established", 60)
-    certificates = [o for o in resources if o["kind"] == "Certificate"]
-    objects = [o for o in resources if o["kind"] not in CERT_MANAGER_KINDS]
-    secrets = [_serving_secret(pki, certificate) for certificate in certificates]
-    ca_bundle = base64.b64encode(pki.ca.cert.read_bytes()).decode()
-    objects = [_with_ca_bundle(o, ca_bundle) for o in objects]
+    objects = certmanager.stand_in(resources, pki, NAMESPACE)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     kubectl.apply(_stream([namespace]))
     # Some releases' charts give their namespaced objects no namespace (0.15.0's ServiceAccount):
     # helm install puts those into the release's namespace, and so does this.
-    kubectl.apply(_stream([*secrets, *objects]), namespace=NAMESPACE)
+    kubectl.apply(_stream(objects), namespace=NAMESPACE)
     kubectl.rollout(NAMESPACE, "deployment/kserve-controller-manager", READY_S)
     _wait_webhooks(kubectl, READY_S)
     if runtimes:
@@ -161,43 +151,6 @@ def _template(helm: Path, chart: Path, args: list[str]) -> list[Obj]:
     if result.returncode != 0:
         raise UserError(f"helm template {chart} failed: {result.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-
-
-def _serving_secret(pki: Pki, certificate: Obj) -> Obj:
-    """What cert-manager would write for ``certificate``: a TLS Secret signed by the CA."""
-    spec = certificate["spec"]
-    name = spec["secretName"]
-    dns = list(spec.get("dnsNames") or [])
-    pair = pki.issue(f"webhook-{name}", spec.get("commonName") or dns[0], dns=dns)
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {
-            "name": name,
-            "namespace": certificate["metadata"].get("namespace", NAMESPACE),
-        },
-        "data": {
-            "tls.crt": base64.b64encode(pair.cert.read_bytes()).decode(),
-            "tls.key": base64.b64encode(pair.key.read_bytes()).decode(),
-            "ca.crt": base64.b64encode(pki.ca.cert.read_bytes()).decode(),
-        },
-    }
-
-
-def _with_ca_bundle(obj: Obj, ca_bundle: str) -> Obj:
-    """The object with the CA where cert-manager's cainjector puts it (webhooks, conversion)."""
-    annotations = obj.get("metadata", {}).get("annotations") or {}
-    if "cert-manager.io/inject-ca-from" not in annotations:
-        return obj
-    if obj["kind"] in WEBHOOK_KINDS:
-        for webhook in obj.get("webhooks") or []:
-            webhook.setdefault("clientConfig", {})["caBundle"] = ca_bundle
-    if obj["kind"] == "CustomResourceDefinition":
-        conversion = obj.get("spec", {}).get("conversion", {}).get("webhook")
-        if conversion:
-            conversion.setdefault("clientConfig", {})["caBundle"] = ca_bundle
-    return obj
 
 
 def _wait_webhooks(kubectl: Kubectl, timeout: float) -> None:

@@ -511,7 +511,8 @@ class PodWorker:
         )
         services = await self._service_env(spec)
         with_services = [_with_env(c, services) for c, _ in imaged]
-        plan = plan_pod(identity, {**spec, "containers": with_services}, objects, claims)
+        own_roots = frozenset(c["name"] for c, image in imaged if image.rootfs)
+        plan = plan_pod(identity, {**spec, "containers": with_services}, objects, claims, own_roots)
         roots = {c["name"]: image for c, image in imaged}
         return _with_roots(plan, roots)
 
@@ -524,6 +525,7 @@ class PodWorker:
                 self.agent.info["programs"],
                 self.agent.info["kserve"],
                 self.agent.state_dir / "images",
+                self.agent.info.get("lws", ""),
             )
         except runtime.ImageUnavailableError as error:
             self.waiting[container["name"]] = ("ErrImagePull", str(error))

@@ -8,7 +8,7 @@ is no container engine). Each image a pod may name is instead one of:
   is the runtime the image would hold;
 - a program built here from its Go module (``build.py``), laid out in a root filesystem of its own
   at the path its real image has it, with the image's entrypoint and user: KServe's manager (for
-  the one release the cluster runs), kube-rbac-proxy and CoreDNS.
+  the one release the cluster runs), LeaderWorkerSet's manager, kube-rbac-proxy and CoreDNS.
 
 Any other image fails as a pull would (``ErrImagePull``), naming the image and what is known.
 """
@@ -53,10 +53,11 @@ class ImageUnavailableError(Exception):
     """No stand-in for this image here (the agent reports ErrImagePull with this message)."""
 
 
-def go_images(kserve_version: str) -> dict[str, GoImage]:
+def go_images(kserve_version: str, lws_version: str = "") -> dict[str, GoImage]:
     """The Go images, by repository (their Dockerfiles: distroless, ``USER nonroot`` 65532)."""
     return {
         "kserve/kserve-controller": GoImage("manager", "/manager", 65532, f"v{kserve_version}"),
+        "registry.k8s.io/lws/lws": GoImage("lws", "/manager", 65532, lws_version or "none"),
         "quay.io/brancz/kube-rbac-proxy": GoImage(
             "kube-rbac-proxy", "/usr/local/bin/kube-rbac-proxy", 65532
         ),
@@ -64,13 +65,19 @@ def go_images(kserve_version: str) -> dict[str, GoImage]:
     }
 
 
-def resolve(image: str, programs: Mapping[str, str], kserve_version: str, cache: Path) -> Image:
+def resolve(
+    image: str,
+    programs: Mapping[str, str],
+    kserve_version: str,
+    cache: Path,
+    lws_version: str = "",
+) -> Image:
     """The stand-in for ``image``, or ImageUnavailableError saying why there is none."""
     repo = repository(image)
     tag = image.split("@", 1)[0].rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
     if repo in OWN_REPOSITORIES:
         return Image(rootfs="", entrypoint=("multinode-llm",))
-    known = go_images(kserve_version)
+    known = go_images(kserve_version, lws_version)
     spec = known.get(repo)
     if spec is None:
         raise ImageUnavailableError(
@@ -79,8 +86,9 @@ def resolve(image: str, programs: Mapping[str, str], kserve_version: str, cache:
         )
     if spec.tag and tag != spec.tag:
         raise ImageUnavailableError(
-            f"image {image!r}: this cluster runs KServe {kserve_version}, whose manager is built "
-            f"here as {repo}:{spec.tag}; other tags are not"
+            f"image {image!r}: only {repo}:{spec.tag} is built for this cluster "
+            f"(KServe {kserve_version}, LeaderWorkerSet {lws_version or 'not built'}); "
+            "other tags are not"
         )
     root = _root_for(spec, Path(programs[spec.program]), cache)
     return Image(rootfs=str(root), entrypoint=(spec.path,), user=spec.user)
