@@ -112,8 +112,22 @@ def test_worker_head_address_flag_wins() -> None:
 
 def test_worker_without_head_svc_says_what_to_set() -> None:
     env = {key: value for key, value in WORKER_ENV.items() if key != "HEAD_SVC"}
-    with pytest.raises(UserError, match=r"^HEAD_SVC is not set: KServe sets it"):
+    with pytest.raises(
+        UserError, match=r"^HEAD_SVC is not set: KServe sets it.*LWS_LEADER_ADDRESS"
+    ):
         worker_config(env, {})
+
+
+def test_a_leader_worker_set_worker_finds_its_leader_by_its_absolute_name() -> None:
+    env = {key: value for key, value in WORKER_ENV.items() if key != "HEAD_SVC"}
+    env["LWS_LEADER_ADDRESS"] = "llama-1.llama.serving"
+    config = worker_config({**env, "CLUSTER_DOMAIN": "corp.local"}, {})
+    assert config.head_host == "llama-1.llama.serving.svc.corp.local"
+
+
+def test_kserve_head_service_wins_over_a_leader_address() -> None:
+    config = worker_config({**WORKER_ENV, "LWS_LEADER_ADDRESS": "other-0.other.serving"}, {})
+    assert config.head_host == "llama-head-1.serving.svc.cluster.local"
 
 
 def test_worker_may_have_no_gpus_and_needs_no_model() -> None:

@@ -178,21 +178,13 @@ def head_config(env: Mapping[str, str], overrides: Overrides) -> HeadConfig:
 
 
 def worker_config(env: Mapping[str, str], overrides: Overrides) -> WorkerConfig:
-    """The worker's configuration: it finds the head from HEAD_SVC and POD_NAMESPACE."""
+    """The worker's configuration: it finds the head from ``--head-address``, else KServe's
+    HEAD_SVC in POD_NAMESPACE, else LeaderWorkerSet's LWS_LEADER_ADDRESS."""
     reader = _Reader(env, overrides)
     node = _node(reader)
     head_host = reader.flag("head_address")
     if head_host is None:
-        head_svc = reader.text(
-            "HEAD_SVC", fix="KServe sets it on worker pods; or pass --head-address"
-        )
-        namespace = reader.text(
-            "POD_NAMESPACE",
-            fix="declare it from the downward API (fieldRef metadata.namespace); "
-            "or pass --head-address",
-        )
-        domain = reader.env.get("CLUSTER_DOMAIN", "").strip() or DEFAULT_CLUSTER_DOMAIN
-        head_host = f"{head_svc}.{namespace}.svc.{domain}"
+        head_host = _head_host(reader)
     if node.mp:
         # A worker runs no TP/PP flags of its own (the head hands it vLLM's arguments), but
         # KServe injects both sizes on worker pods too: a layout that is not mp's is caught here.
@@ -202,6 +194,29 @@ def worker_config(env: Mapping[str, str], overrides: Overrides) -> WorkerConfig:
             reader.optional_integer("PIPELINE_PARALLEL_SIZE"),
         )
     return WorkerConfig(node=node, head_host=str(head_host), isvc_name=env.get("ISVC_NAME", ""))
+
+
+def _head_host(reader: _Reader) -> str:
+    """The head's DNS name. KServe's worker pods get HEAD_SVC, the head's Service; a
+    LeaderWorkerSet's get LWS_LEADER_ADDRESS, ``<set>-<group>.<set>.<namespace>``, the leader
+    pod's name under the set's headless Service (``AddLWSVariables``, pkg/utils/pod/pod_utils.go,
+    sigs.k8s.io/lws v0.9.0), which resolves from the pod's search path only: it is made absolute
+    here, so that a resolver with other search domains finds it too."""
+    domain = reader.env.get("CLUSTER_DOMAIN", "").strip() or DEFAULT_CLUSTER_DOMAIN
+    leader = reader.env.get("LWS_LEADER_ADDRESS", "").strip()
+    if leader and not reader.env.get("HEAD_SVC", "").strip():
+        return f"{leader}.svc.{domain}"
+    head_svc = reader.text(
+        "HEAD_SVC",
+        fix="KServe sets it on worker pods (LeaderWorkerSet sets LWS_LEADER_ADDRESS instead); "
+        "or pass --head-address",
+    )
+    namespace = reader.text(
+        "POD_NAMESPACE",
+        fix="declare it from the downward API (fieldRef metadata.namespace); "
+        "or pass --head-address",
+    )
+    return f"{head_svc}.{namespace}.svc.{domain}"
 
 
 def _node(reader: _Reader) -> Node:
