@@ -183,6 +183,21 @@ def test_the_first_url_that_answers_is_the_one_asked(served: tuple[str, Group]) 
     assert "nothing answers there" in reason
 
 
+def test_with_every_each_url_is_a_group_and_all_must_serve(
+    served: tuple[str, Group], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LeaderWorkerSet's groups, each head by its own name: one group up is not enough."""
+    url, _ = served
+    other = "http://127.0.0.1:9"
+    asked, reason = await_group.check_every([url, other], "served", SPEC)
+    assert asked == other
+    assert reason.endswith("(1 of 2 groups serve)"), reason
+    assert await_group.check_every([url, url], "served", SPEC) == ("", "")
+    args = ["await-group", "--every", url, url, "--model", "served", "--group-spec", SPEC]
+    assert main(args) == 0
+    assert "serves 'served' at all 2 groups" in capsys.readouterr().out
+
+
 def test_the_command_line_runs_it_and_refuses_bad_durations(
     served: tuple[str, Group], capsys: pytest.CaptureFixture[str]
 ) -> None:

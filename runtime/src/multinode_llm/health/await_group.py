@@ -14,13 +14,17 @@ Through the InferenceService's Service, as a client would, it waits until
 2. ``/v1/models`` lists the served name, and
 3. one completion returns a token (the whole pipeline computes).
 
-Each try asks the URLs in order and takes the first that accepts a connection: the chart passes
-the predictor Service's port 80, then its container port 8080, because a cluster whose KServe has
-``serviceClusterIPNone`` makes that Service headless, and its name then resolves to the head pod,
-which listens on 8080 only. KServe gives the Service port 80 for the container's first port and
-its other ports under their own numbers, so 8080 is no port of a ClusterIP predictor Service
-(pkg/controller/v1beta1/inferenceservice/reconcilers/service/service_reconciler.go, the same at
-v0.15.0, v0.16.0, v0.17.0, v0.19.0 and v0.20.0). A URL is first only connected to, within
+With ``--every`` each URL is one group's head (a LeaderWorkerSet's groups, ``group.backend=lws``,
+each by its own name), and every one must serve: a Service in front of them would answer from
+whichever group is up.
+
+Otherwise each try asks the URLs in order and takes the first that accepts a connection: the chart
+passes the predictor Service's port 80, then its container port 8080, because a cluster whose
+KServe has ``serviceClusterIPNone`` makes that Service headless, and its name then resolves to the
+head pod, which listens on 8080 only. KServe gives the Service port 80 for the container's first
+port and its other ports under their own numbers, so 8080 is no port of a ClusterIP predictor
+Service (pkg/controller/v1beta1/inferenceservice/reconcilers/service/service_reconciler.go, the
+same at v0.15.0, v0.16.0, v0.17.0, v0.19.0 and v0.20.0). A URL is first only connected to, within
 ``CONNECT_TIMEOUT_S``: the Service drops what is sent to a port it does not have, so the second
 URL's connection hangs, and with the request's timeout alone each try took 30 s more, up to 36 s
 between the head turning Ready and the Job seeing it (measured on the real cluster with KServe
@@ -56,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the group's HTTP base URLs (the InferenceService's Service), tried in order: the "
         "first that accepts a connection answers",
     )
+    parser.add_argument(
+        "--every",
+        action="store_true",
+        help="each URL is a group of its own, and every one must serve the spec",
+    )
     parser.add_argument("--model", required=True, help="the served model name")
     parser.add_argument(
         "--group-spec", required=True, help="the spec hash the new group runs (from the chart)"
@@ -72,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.interval <= 0:
         raise UserError("--timeout and --interval must be positive numbers of seconds")
     urls = [url.rstrip("/") for url in args.urls]
-    return wait(urls, args.model, args.group_spec, args.timeout, args.interval)
+    return wait(urls, args.model, args.group_spec, args.timeout, args.interval, every=args.every)
 
 
 def wait(
@@ -82,13 +91,15 @@ def wait(
     timeout: float,
     interval: float,
     sleep: Callable[[float], None] = time.sleep,
+    every: bool = False,
 ) -> int:
     deadline = time.monotonic() + timeout
     last = ""
     while True:
-        url, reason = check_any(urls, model, spec)
+        url, reason = check_every(urls, model, spec) if every else check_any(urls, model, spec)
         if not reason:
-            print(f"the group runs spec {spec} and serves {model!r} at {url}", flush=True)
+            where = f"all {len(urls)} groups" if every else url
+            print(f"the group runs spec {spec} and serves {model!r} at {where}", flush=True)
             return 0
         if reason != last:
             print(f"waiting: {reason}", flush=True)
@@ -108,6 +119,15 @@ def check_any(urls: Sequence[str], model: str, spec: str) -> tuple[str, str]:
         if not reason.endswith(UNREACHABLE):
             return url, reason
     return urls[-1], reason
+
+
+def check_every(urls: Sequence[str], model: str, spec: str) -> tuple[str, str]:
+    """(the first URL whose group does not serve, and why), or ("", "") when every one does."""
+    for url in urls:
+        reason = check(url, model, spec)
+        if reason:
+            return url, f"{reason} ({urls.index(url)} of {len(urls)} groups serve)"
+    return "", ""
 
 
 def check(url: str, model: str, spec: str) -> str:
