@@ -830,6 +830,61 @@ TABLE: dict[str, Refusal] = {
         "group.waitTimeoutSeconds",
         "lower group.waitTimeoutSeconds",
     ),
+    # group.backend=lws (the CRD's presence and age are checked on a cluster: tests/cluster)
+    "unknown backend": limit({"group": {"backend": "lws2"}}, "group.backend", "kserve"),
+    "several groups on kserve": Refusal(
+        {"groups": {"replicas": 2}}, "groups.replicas=2", "set group.backend=lws"
+    ),
+    "an hpa on kserve": Refusal(
+        {"groups": {"autoscaling": {"enabled": True, "metrics": [{"type": "Pods"}]}}},
+        "groups.autoscaling.enabled",
+        "set group.backend=lws",
+    ),
+    "an hpa with no metric": Refusal(
+        {"group": {"backend": "lws"}, "groups": {"autoscaling": {"enabled": True}}},
+        "groups.autoscaling.metrics",
+        "vllm_num_requests_waiting",
+    ),
+    "an hpa floor above its ceiling": Refusal(
+        {
+            "group": {"backend": "lws"},
+            "groups": {
+                "autoscaling": {
+                    "enabled": True,
+                    "minReplicas": 3,
+                    "maxReplicas": 2,
+                    "metrics": [{"type": "Pods"}],
+                }
+            },
+        },
+        "groups.autoscaling.minReplicas=3",
+        "raise maxReplicas",
+    ),
+    "lws rollout that can neither stop nor start": Refusal(
+        {"group": {"backend": "lws"}, "groups": {"rollout": {"maxUnavailable": 0}}},
+        "groups.rollout.maxUnavailable=0",
+        "maxUnavailable=1",
+    ),
+    "lws with a rolling kserve strategy": Refusal(
+        {"group": {"backend": "lws"}, "strategy": {"type": "RollingUpdate"}},
+        "strategy.type=RollingUpdate",
+        "set groups.rollout",
+    ),
+    "lws with an s3 model": Refusal(
+        {"group": {"backend": "lws"}, "model": {"uri": "s3://bucket/model"}},
+        "model.uri=s3://bucket/model",
+        "pvc://CLAIM/PATH",
+    ),
+    "lws with inference service labels": Refusal(
+        {"group": {"backend": "lws"}, "inferenceService": {"labels": {"team": "a"}}},
+        "inferenceService.labels",
+        "set podLabels",
+    ),
+    "lws pod names beyond a hostname": Refusal(
+        {"group": {"backend": "lws"}, "fullnameOverride": "a" * 60},
+        "the LeaderWorkerSet name",
+        "fullnameOverride",
+    ),
 }
 
 

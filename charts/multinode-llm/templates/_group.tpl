@@ -229,11 +229,11 @@ such field from the runtime, utils/utils.go, every release). Context: dict "root
 {{- range (index $v .role).topologySpreadConstraints }}
 {{- $constraint := deepCopy . }}
 {{- /* without a selector the scheduler counts no pod: default to every pod of this group, of
-its current generation (KServe labels both roles with the InferenceService's name) */}}
+its current generation (the backend labels both roles with the group's name) */}}
 {{- if not $constraint.labelSelector }}
-{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (dict "serving.kserve.io/inferenceservice" $fullname)) }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (include "multinode-llm.groupSelector" $.root | fromYaml)) }}
 {{- if not (hasKey $constraint "matchLabelKeys") }}
-{{- $_ := set $constraint "matchLabelKeys" (list "isvc.generation") }}
+{{- $_ := set $constraint "matchLabelKeys" (list (include "multinode-llm.generationLabel" $.root)) }}
 {{- end }}
 {{- end }}
 {{- $constraints = append $constraints $constraint }}
@@ -268,7 +268,8 @@ its spec (which holds the group's spec hash). Context: root. */}}
 
 {{- /* The readiness Job's spec (group-ready.yaml). Context: root. */}}
 {{- define "multinode-llm.readinessJobSpec" -}}
-{{- $spec := include "multinode-llm.groupSpec" . }}
+{{- $lws := eq .Values.group.backend "lws" }}
+{{- $spec := ternary (include "multinode-llm.lwsGroupSpec" .) (include "multinode-llm.groupSpec" .) $lws }}
 {{- $budget := include "multinode-llm.startupBudget" .Values.head.probes.startup | int }}
 {{- $timeout := add $budget (ternary .Values.download.activeDeadlineSeconds 0 (not (empty (include "multinode-llm.stagesModel" .)))) -}}
 backoffLimit: 2
@@ -298,8 +299,16 @@ template:
         {{- $predictor := include "multinode-llm.predictorUrl" . }}
         args:
           - await-group
+          {{- if $lws }}
+          {{- /* every group's head by its own name: the Service would answer from any one */}}
+          - --every
+          {{- range include "multinode-llm.leaderUrls" . | fromJsonArray }}
+          - {{ . | quote }}
+          {{- end }}
+          {{- else }}
           - {{ $predictor | quote }}
           - {{ printf "%s:8080" $predictor | quote }}
+          {{- end }}
           - --model
           - {{ include "multinode-llm.servedModelName" . | quote }}
           - --group-spec

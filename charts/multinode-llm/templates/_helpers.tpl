@@ -141,9 +141,21 @@ of one object would overwrite each other. Context: root. */}}
 {{- include "multinode-llm.fullname" . }}-api
 {{- end }}
 
-{{- /* Label KServe puts on the head and the worker pods of this InferenceService. Context: root. */}}
+{{- /* The label the backend puts on every pod of the group (head and workers): KServe's
+InferenceService name, or LeaderWorkerSet's set name. Context: root. */}}
+{{- define "multinode-llm.groupLabel" -}}
+{{- ternary (include "multinode-llm.lwsNameLabel" .) "serving.kserve.io/inferenceservice" (eq .Values.group.backend "lws") }}
+{{- end }}
+
+{{- /* The label that changes with each new spec of the group's pods: KServe's isvc.generation, or
+LeaderWorkerSet's template-revision-hash (RevisionKey, lws v0.9.0). Context: root. */}}
+{{- define "multinode-llm.generationLabel" -}}
+{{- ternary "leaderworkerset.sigs.k8s.io/template-revision-hash" "isvc.generation" (eq .Values.group.backend "lws") }}
+{{- end }}
+
+{{- /* Selector of every pod of the group, head and workers. Context: root. */}}
 {{- define "multinode-llm.groupSelector" -}}
-serving.kserve.io/inferenceservice: {{ include "multinode-llm.fullname" . }}
+{{ include "multinode-llm.groupLabel" . }}: {{ include "multinode-llm.fullname" . }}
 {{- end }}
 
 {{- /* The KServe release kserve.version names, from kserve-releases.yaml (the chart's table of
@@ -547,10 +559,13 @@ the compile caches (compileCache). Context: root. */}}
 owns it: extraVolumes and extraVolumeMounts may not reuse them. KServe mounts the model claim as
 kserve-pvc-source at /mnt/models (storage_initializer_injector.go, every release). */}}
 {{- define "multinode-llm.reservedVolumes" -}}
-{{- dict
-  "names" (dict "shm" "the chart's /dev/shm (shm.sizeLimit)" "scratch" "the chart's writable /tmp (scratch.sizeLimit)" "compile-cache" "the chart's compile cache (compileCache)" "compile-cache-shared" "the chart's shared compile cache (compileCache.shared)" "kserve-pvc-source" "KServe's model volume")
-  "paths" (dict "/dev/shm" "the chart's shm volume (shm.sizeLimit)" "/tmp" "the chart's scratch volume (scratch.sizeLimit)" "/var/cache/multinode-llm/compile" "the chart's compile cache (compileCache)" "/var/cache/multinode-llm/shared" "the chart's shared compile cache (compileCache.shared)" "/mnt/models" "KServe's model mount")
-  | toJson }}
+{{- $names := dict "shm" "the chart's /dev/shm (shm.sizeLimit)" "scratch" "the chart's writable /tmp (scratch.sizeLimit)" "compile-cache" "the chart's compile cache (compileCache)" "compile-cache-shared" "the chart's shared compile cache (compileCache.shared)" "kserve-pvc-source" "KServe's model volume" }}
+{{- $paths := dict "/dev/shm" "the chart's shm volume (shm.sizeLimit)" "/tmp" "the chart's scratch volume (scratch.sizeLimit)" "/var/cache/multinode-llm/compile" "the chart's compile cache (compileCache)" "/var/cache/multinode-llm/shared" "the chart's shared compile cache (compileCache.shared)" "/mnt/models" "KServe's model mount" }}
+{{- if eq .Values.group.backend "lws" }}
+{{- $_ := set $names "model" "the chart's model volume (group.backend=lws)" }}
+{{- $_ = set $paths "/mnt/models" "the chart's model mount (group.backend=lws)" }}
+{{- end }}
+{{- dict "names" $names "paths" $paths | toJson }}
 {{- end }}
 
 {{- /* Container security context of head and worker: securityContext, plus IPC_LOCK with
@@ -920,7 +935,7 @@ Context: root. */}}
 {{- if eq $v.group.executor "mp" }}
 {{- $since := include "multinode-llm.executorReleases" (dict "root" . "executor" "mp" "supported" false) | fromJsonArray | first }}
 {{- $supported := include "multinode-llm.executorReleases" (dict "root" . "executor" "mp" "supported" true) | fromJsonArray }}
-{{- if and $release (not (has "mp" ($release.controller.executors | default list))) }}
+{{- if and (eq $v.group.backend "kserve") $release (not (has "mp" ($release.controller.executors | default list))) }}
 {{- $errors = append $errors (printf "group.executor=mp needs KServe's Ray-less multi-node mode, which KServe %s lacks: its controller ignores the runtime's multinode/executor-backend annotation and sizes the group for Ray (KServe added the mode in %s, computeMpNodeAndGPUs in components/predictor.go); upgrade KServe to a release the chart supports with it (%s) and set kserve.version to it, or use group.executor=ray" $release.version $since (join ", " $supported)) }}
 {{- end }}
 {{- if ne (int $v.ray.port) 6379 }}
@@ -967,6 +982,8 @@ before rendering) */}}
 
 {{- /* the KServe release decides what KServe admits and does (kserve-releases.yaml) */}}
 {{- $release := include "multinode-llm.kserveRelease" . | fromJson }}
+{{- $kserve := eq $v.group.backend "kserve" }}
+{{- if $kserve }}
 {{- $asked := toString (default "" $v.kserve.version) }}
 {{- if not $release }}
 {{- if and (regexMatch "^v?0\\.([0-9]|1[0-4])(\\.|$)" $asked) }}
@@ -986,6 +1003,7 @@ before rendering) */}}
 {{- if and $release $v.inferenceService.autoscalerClass (ne $v.inferenceService.autoscalerClass $class) }}
 {{- $errors = append $errors (printf "inferenceService.autoscalerClass=%s: KServe %s admits a multi-node InferenceService only with autoscaler class %q; leave inferenceService.autoscalerClass empty (the chart sets %q) or set it to %q" $v.inferenceService.autoscalerClass $release.version $class $class $class) }}
 {{- end }}
+{{- end }}
 
 {{- /* the model and where it is stored */}}
 {{- $uri := $v.model.uri }}
@@ -1002,6 +1020,8 @@ before rendering) */}}
 {{- if not (regexMatch "^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/].*)?$" $uri) }}
 {{- $errors = append $errors (printf "model.uri=%s is not a valid PVC URI: use pvc://CLAIM/PATH with the name of an existing ReadWriteMany claim in the release namespace" $uri) }}
 {{- end }}
+{{- else if not $kserve }}
+{{- /* another scheme on another backend: "multinode-llm.validateBackend" says it */}}
 {{- else if eq $scheme "oci" }}
 {{- if and $release (not (has "oci" $release.storage)) }}
 {{- $errors = append $errors (printf "model.uri=%s: oci:// multi-node works from KServe 0.18 (%s); use hf://ORG/NAME (the chart stages it onto a volume) or pvc://CLAIM/PATH, or upgrade KServe and kserve.version" $uri (ternary "0.15 admits only pvc://" (ternary "0.16.0 sets up the modelcar for the head only and its pod webhook refuses every worker pod" "0.17 replaces the containers' securityContext with {runAsUser: 1010}, dropping their read-only root and capability drop" (eq $release.version "0.16.0")) (not (has "oci" $release.validator.storageSchemes)))) }}
@@ -1038,7 +1058,9 @@ before rendering) */}}
 {{- $standard := splitList " " (include "multinode-llm.kserveGpuTypes" .) }}
 {{- $gpu := $v.gpu.resourceName }}
 {{- $custom := $v.gpu.customResourceTypes | default list }}
-{{- if and (not (has $gpu $standard)) (not (has $gpu $custom)) }}
+{{- if not $kserve }}
+{{- /* LeaderWorkerSet counts no GPUs: the chart gives each pod parallelism.tensor of gpu.resourceName */}}
+{{- else if and (not (has $gpu $standard)) (not (has $gpu $custom)) }}
 {{- $errors = append $errors (printf "gpu.resourceName=%s is not a GPU type KServe knows (%s); add it to gpu.customResourceTypes to declare it, or use one of those" $gpu (join ", " $standard)) }}
 {{- else if and (not (has $gpu $standard)) $release (eq $release.controller.gpuTypesAnnotation "comma-split") }}
 {{- $errors = append $errors (printf "gpu.resourceName=%s on KServe %s: its webhook wants serving.kserve.io/gpu-resource-types as a JSON array but its deployment reconciler splits it on commas, so every pod would also get %s; use a standard GPU type on this release, or KServe 0.15.1 or later" $gpu $release.version (first $standard)) }}
@@ -1070,7 +1092,7 @@ before rendering) */}}
 {{- $errors = append $errors (printf "%s.resources.%s.%s: the chart sets GPUs from parallelism.tensor and gpu.resourceName; remove it from %s.resources" $role $kind $name $role) }}
 {{- else if hasKey ($v.rdma.resources | default dict) $name }}
 {{- $errors = append $errors (printf "%s.resources.%s.%s: rdma.resources adds it to the head and the workers, requested and limited alike; remove it from %s.resources" $role $kind $name $role) }}
-{{- else if and (not (has $name (list "cpu" "memory" "ephemeral-storage" "storage"))) (not (has $name $custom)) }}
+{{- else if and $kserve (not (has $name (list "cpu" "memory" "ephemeral-storage" "storage"))) (not (has $name $custom)) }}
 {{- $errors = append $errors (printf "%s.resources.%s.%s: KServe rejects any extended resource it does not know as an unknown GPU type; for an RDMA device set rdma.enabled=true and rdma.resources.%s instead, for a GPU type list %s in gpu.customResourceTypes" $role $kind $name $name $name) }}
 {{- end }}
 {{- end }}
@@ -1115,6 +1137,7 @@ env over the runtime's by name, so a user variable would replace the chart's */}
 {{- $errors = concat $errors (include "multinode-llm.validateOwnedKeys" . | fromJsonArray) }}
 {{- $errors = concat $errors (include "multinode-llm.validateVllmArgs" . | fromJsonArray) }}
 
+{{- if $kserve }}
 {{- /* names KServe derives from the InferenceService name: isvc.<name>-predictor-worker is a label value (63 characters) */}}
 {{- $fullname := include "multinode-llm.fullname" . }}
 {{- if or (gt (len $fullname) 41) (not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $fullname)) }}
@@ -1147,6 +1170,10 @@ model too big for one. */}}
 {{- $errors = append $errors (printf "KServe %s in this cluster has storageInitializer.enableDirectPvcVolumeMount=false (configmap inferenceservice-config, namespace %s): it would copy the whole model from its claim into every pod of the group; set it to true there (KServe's own chart does), or set kserve.namespace if KServe lives elsewhere" $release.version $v.kserve.namespace) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{- /* the backend: LeaderWorkerSet's own rules, or KServe's one group (docs/lws.md) */}}
+{{- $errors = concat $errors (include "multinode-llm.validateBackend" . | fromJsonArray) }}
 
 {{- /* one kind of monitor: both would scrape every pod into the same series twice */}}
 {{- if and $v.monitoring.podMonitor.enabled $v.monitoring.serviceMonitor.enabled }}

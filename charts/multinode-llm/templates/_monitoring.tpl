@@ -45,13 +45,15 @@ severity: {{ .severity }}
 {{- end }}
 
 {{- /* Relabelings of every group scrape endpoint, PodMonitor or ServiceMonitor: job (the
-fullname, whatever the operator's default) and inferenceservice (KServe's pod label), the labels
-the alerts and the dashboard select by. Context: root. */}}
+fullname, whatever the operator's default) and inferenceservice (the backend's group label, KServe's
+InferenceService or LeaderWorkerSet's set name: the same value), the labels the alerts and the
+dashboard select by. Prometheus names a pod label's meta label with every character outside
+[a-zA-Z0-9_] as "_". Context: root. */}}
 {{- define "multinode-llm.groupRelabelings" -}}
 - targetLabel: job
   replacement: {{ include "multinode-llm.fullname" . }}
 - sourceLabels:
-    - __meta_kubernetes_pod_label_serving_kserve_io_inferenceservice
+    - __meta_kubernetes_pod_label_{{ regexReplaceAll "[^a-zA-Z0-9_]" (include "multinode-llm.groupLabel" .) "_" }}
   targetLabel: inferenceservice
 {{- end }}
 

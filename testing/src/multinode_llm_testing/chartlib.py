@@ -78,6 +78,8 @@ KSERVE_KINDS = (
 )
 # The Prometheus Operator's kinds (monitoring.*): validated against its CRDs, not Kubernetes'.
 MONITORING_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+# group.backend=lws (validated against LeaderWorkerSet's own CRD, tests/chart/test_lws.py).
+LWS_KINDS = ("LeaderWorkerSet",)
 
 
 @dataclass(frozen=True)
