@@ -14,7 +14,7 @@ from multinode_llm.errors import UserError
 from multinode_llm_local import kserve
 from multinode_llm_local.controlplane import lws
 from multinode_llm_local.kserve import releases
-from multinode_llm_testing.chartlib import scenarios, template
+from multinode_llm_testing.chartlib import install_dry_run, scenarios, template
 
 MODEL = {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}
 LWS: dict[str, Any] = {
@@ -275,3 +275,18 @@ def test_with_an_hpa_the_readiness_job_waits_for_its_floor_of_groups() -> None:
         f"http://llm-multinode-llm-{g}.llm-multinode-llm.serving.svc.cluster.local:8080"
         for g in (0, 1)
     ]
+
+
+def test_the_notes_name_the_groups_their_pods_and_how_they_scale(helm4: str) -> None:
+    result = install_dry_run(helm4, values=LWS)
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "2 groups (LeaderWorkerSet llm-multinode-llm) of 3 nodes" in notes
+    assert "logs -f llm-multinode-llm-0 " in notes
+    assert "deploy/" not in notes
+    assert "InferenceService" not in notes
+    assert "port-forward svc/llm-multinode-llm-predictor 8080:80" in notes
+    assert "--set groups.replicas=N" in notes
+    scaled = install_dry_run(helm4, values=with_values(groups=AUTOSCALED))
+    assert "2 to 4 groups" in scaled.stdout
+    assert "get hpa,leaderworkerset llm-multinode-llm" in scaled.stdout
