@@ -23,9 +23,13 @@ from multinode_llm_testing.chartlib import (
 )
 
 SCENARIOS = scenarios()
-# Scenarios that serve a model (a release may run only the model cache: test_cache.py).
+# Scenarios that serve a model through KServe's InferenceService: a release may run only
+# the model cache (test_cache.py) or serve on LeaderWorkerSet instead (test_lws.py).
 MODEL_SCENARIOS = {
-    n: p for n, p in SCENARIOS.items() if load_values_file(p).get("model", {}).get("uri")
+    n: p
+    for n, p in SCENARIOS.items()
+    if load_values_file(p).get("model", {}).get("uri")
+    and load_values_file(p).get("group", {}).get("backend", "kserve") == "kserve"
 }
 # Every vendor's GPU resource the chart knows (accelerators.yaml).
 KNOWN_GPUS = {entry["resourceName"] for entry in accelerators()["accelerators"].values()}
@@ -59,7 +63,7 @@ def model_scenario(request: pytest.FixtureRequest) -> tuple[str, Path]:
 
 def test_the_scenario_matrix_is_not_empty() -> None:
     assert len(MODEL_SCENARIOS) >= 5, MODEL_SCENARIOS
-    assert set(SCENARIOS) - set(MODEL_SCENARIOS) == {"model-cache"}
+    assert set(SCENARIOS) - set(MODEL_SCENARIOS) == {"model-cache", "lws"}
 
 
 def test_head_and_every_worker_request_and_limit_exactly_tensor_gpus(
