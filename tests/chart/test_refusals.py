@@ -870,6 +870,11 @@ TABLE: dict[str, Refusal] = {
         "strategy.type=RollingUpdate",
         "set groups.rollout",
     ),
+    "lws with a cluster-scoped runtime": Refusal(
+        {"group": {"backend": "lws"}, "runtime": {"scope": "Cluster"}},
+        "runtime.scope=Cluster",
+        "leave runtime.scope at Namespace",
+    ),
     "lws with an s3 model": Refusal(
         {"group": {"backend": "lws"}, "model": {"uri": "s3://bucket/model"}},
         "model.uri=s3://bucket/model",

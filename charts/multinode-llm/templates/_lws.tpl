@@ -198,6 +198,9 @@ the readiness Job asks every one. Context: root. */}}
 {{- $errors = append $errors (printf "inferenceService.%s with group.backend=lws: there is no InferenceService; set pod%s for the pods, or group.backend=kserve" $key (title $key)) }}
 {{- end }}
 {{- end }}
+{{- if eq $v.runtime.scope "Cluster" }}
+{{- $errors = append $errors "runtime.scope=Cluster with group.backend=lws: there is no serving runtime (the LeaderWorkerSet carries the pods itself) and nothing cluster-scoped to share; leave runtime.scope at Namespace, or use group.backend=kserve" }}
+{{- end }}
 {{- if ne $v.strategy.type "Recreate" }}
 {{- $errors = append $errors (printf "strategy.type=%s with group.backend=lws: LeaderWorkerSet rolls group by group; set groups.rollout (maxUnavailable, maxSurge, partition) and leave strategy.type at Recreate" $v.strategy.type) }}
 {{- end }}
