@@ -19,6 +19,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: the chart on a real control plane with real KServe (root, Go)"
     )
+    config.addinivalue_line(
+        "markers",
+        "lws_mp: the LeaderWorkerSet scenarios again with group.executor=mp (tox -e cluster-lws; "
+        "tox -e cluster runs them with the chart's default executor, ray)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,8 +6,8 @@ The chart is rendered with ``enableCertManager=true``: the manager then serves t
 mounted from its Secrets instead of writing them itself (its internal cert management patches the
 Secret and waits for the kubelet to refresh the mounted copy, which the node agent does not do).
 ``certmanager.py`` issues those Secrets and puts the CA into both webhook configurations and the
-CRDs' conversion webhooks. Installed on demand (``multinode-llm-local cluster lws``, or the tests'
-``install_lws``): a cluster without it has no LeaderWorkerSet kind, as most clusters.
+CRDs' conversion webhooks. Installed on demand (``multinode-llm-local cluster lws``, or
+``cluster.leader_worker_set``): a cluster without it has no LeaderWorkerSet kind, as most clusters.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ def version() -> str:
     return module().required(MODULE)
 
 
-def module_dir() -> Path:
-    """The module's files in Go's module cache (downloaded by its build)."""
+def module_dir(release: str = "") -> Path:
+    """The module's files in Go's module cache (downloaded by its build), at ``release`` (a tag
+    such as ``v0.6.2``; empty: the pinned one)."""
+    release = release or version()
     result = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{version()}"],
+        ["go", "mod", "download", "-json", f"{MODULE}@{release}"],
         cwd=module().directory,
         capture_output=True,
         text=True,
@@ -55,7 +57,7 @@ def module_dir() -> Path:
     )
     info = json.loads(result.stdout or "{}")
     if result.returncode != 0 or "Dir" not in info:
-        raise UserError(f"go mod download of {MODULE}@{version()} failed: {info or result}")
+        raise UserError(f"go mod download of {MODULE}@{release} failed: {info or result}")
     return Path(info["Dir"])
 
 
