@@ -11,6 +11,7 @@ from multinode_llm.serving.command import (
     engine_command,
     engine_env,
     headless_command,
+    serves_tls,
 )
 
 ENV = {
@@ -85,6 +86,16 @@ def test_api_key_comes_from_vllm_arguments_or_environment() -> None:
     assert api_key(["--api-key=k2"], {"VLLM_API_KEY": "k3"}) == "k2"
     assert api_key([], {"VLLM_API_KEY": "k3"}) == "k3"
     assert api_key(["--max-model-len", "8"], {}) is None
+    # vLLM's parser keeps the last of a repeated flag, and so does the supervisor's check
+    assert api_key(["--api-key", "k1", "--api-key=k4"], {}) == "k4"
+
+
+def test_vllm_serves_tls_only_with_a_certificate_file_named() -> None:
+    assert serves_tls(["--ssl-certfile", "/var/run/kserve/tls/tls.crt"])
+    assert serves_tls(["--ssl-certfile=/tls.crt"])
+    assert not serves_tls(["--ssl-certfile", "", "--ssl-keyfile", ""])  # uvicorn: no TLS
+    assert not serves_tls(["--ssl-keyfile", "/tls.key"])
+    assert not serves_tls(["--ssl-certfile", "/tls.crt", "--ssl-certfile="])
 
 
 MP_ENV = {**ENV, "MULTINODE_LLM_EXECUTOR": "mp", "REQUEST_GPU_COUNT": "8", "MASTER_PORT": "29600"}

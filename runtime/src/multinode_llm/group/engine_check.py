@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from multinode_llm.config import HeadConfig
 from multinode_llm.group.process import Child
-from multinode_llm.serving.command import api_key, served_names
+from multinode_llm.serving.command import api_key, served_names, serves_tls
 
 if TYPE_CHECKING:
     import aiohttp
@@ -28,6 +28,11 @@ class EngineCheck:
         self._http: aiohttp.ClientSession | None = None
         key = api_key(config.vllm_args, os.environ)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        # vLLM's own certificate names its Service, not 127.0.0.1: the head asks its own child
+        # over loopback and checks no certificate.
+        self._tls = serves_tls(config.vllm_args)
+        scheme = "https" if self._tls else "http"
+        self.base_url = f"{scheme}://127.0.0.1:{config.http_port}"
 
     async def check(self, engine: Child | None) -> tuple[bool, bool]:
         """(``/health`` is 200, ``/v1/models`` lists the served name); remembers an answer."""
@@ -52,9 +57,10 @@ class EngineCheck:
 
         if self._http is None:
             self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=ENGINE_TIMEOUT_S)
+                timeout=aiohttp.ClientTimeout(total=ENGINE_TIMEOUT_S),
+                connector=aiohttp.TCPConnector(ssl=False) if self._tls else None,
             )
-        base = f"http://127.0.0.1:{self.config.http_port}"
+        base = self.base_url
         try:
             async with self._http.get(f"{base}/health") as health:
                 if health.status != 200:

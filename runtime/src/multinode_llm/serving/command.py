@@ -84,11 +84,25 @@ def served_names(config: HeadConfig) -> tuple[str, ...]:
     return config.served_model_names or (config.model,)
 
 
+def flag_value(vllm_args: Sequence[str], flag: str) -> str | None:
+    """The value vLLM takes for ``flag`` (``--flag V`` or ``--flag=V``): the last one, as its
+    argument parser keeps; None when it is not given."""
+    found = None
+    for index, arg in enumerate(vllm_args):
+        if arg == flag and index + 1 < len(vllm_args):
+            found = vllm_args[index + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
 def api_key(vllm_args: Sequence[str], env: Mapping[str, str]) -> str | None:
     """The key vLLM demands on /v1 (--api-key, else VLLM_API_KEY), for the supervisor's checks."""
-    for index, arg in enumerate(vllm_args):
-        if arg == "--api-key" and index + 1 < len(vllm_args):
-            return vllm_args[index + 1]
-        if arg.startswith("--api-key="):
-            return arg.split("=", 1)[1]
-    return env.get("VLLM_API_KEY") or None
+    return flag_value(vllm_args, "--api-key") or env.get("VLLM_API_KEY") or None
+
+
+def serves_tls(vllm_args: Sequence[str]) -> bool:
+    """Whether vLLM serves HTTPS: a non-empty ``--ssl-certfile``. An empty one is plain HTTP, as
+    uvicorn reads it; KServe's LLMInferenceService presets pass the file only where its TLS is on
+    (docs/llmisvc.md)."""
+    return bool(flag_value(vllm_args, "--ssl-certfile"))
