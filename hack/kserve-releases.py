@@ -72,14 +72,23 @@ def support(table: dict[str, Any]) -> str:
     return text + f" Releases before {oldest} have no multi-node serving."
 
 
+def preset(release: dict[str, Any]) -> str:
+    """What the chart's LLMInferenceService preset is written as for the release."""
+    found = release.get("llmInferenceService")
+    if not found:
+        return "none (no LLMInferenceService)"
+    tls = "TLS when KServe's is on" if found["tlsSwitch"] else "plain HTTP"
+    return f"`{found['apiVersion'].rsplit('/', 1)[1]}`, {tls}"
+
+
 def render(table: dict[str, Any]) -> str:
     releases: dict[str, Any] = table["releases"]
     lines = [
         f"Default release (`kserve.version` empty, and the kind pin): **{table['default']}**.",
         "",
         "| release | read at | status | mode | autoscaler | chart storage | readiness | "
-        "storage initializer |",
-        "|---|---|---|---|---|---|---|---|",
+        "storage initializer | LLMInferenceService preset |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for version, entry in releases.items():
         full = {**releases.get(entry.get("renderAs") or "", {}), **entry}
@@ -97,7 +106,7 @@ def render(table: dict[str, Any]) -> str:
             f"| {version} | {entry.get('source') or 'not readable'} | {status} | "
             f"`{full['deploymentMode']}` | `{full['autoscalerClass']}` | "
             f"{', '.join(f'`{s}://`' for s in full['storage'])} | "
-            f"{READINESS[full['controller']['readiness']]} | {initializer} |"
+            f"{READINESS[full['controller']['readiness']]} | {initializer} | {preset(full)} |"
         )
     lines += [
         "",
