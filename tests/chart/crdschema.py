@@ -50,7 +50,12 @@ def crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(crd_dir.glob("*.yaml")):
         for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
+            # kustomize patches beside a CRD (a conversion webhook's) are no CRD of their own
+            if (
+                not crd
+                or crd.get("kind") != "CustomResourceDefinition"
+                or "group" not in crd.get("spec", {})
+            ):
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
             for version in crd["spec"]["versions"]:

@@ -875,6 +875,31 @@ TABLE: dict[str, Refusal] = {
         "runtime.scope=Cluster",
         "leave runtime.scope at Namespace",
     ),
+    # llmInferenceServicePresets
+    "presets for a release without LLMInferenceService": Refusal(
+        {"kserve": {"version": "0.15.2"}, "llmInferenceServicePresets": {"enabled": True}},
+        "llmInferenceServicePresets.enabled",
+        "0.16 or later",
+    ),
+    "a preset prefix KServe 0.16 cannot read": Refusal(
+        {
+            "kserve": {"version": "0.16.0"},
+            "llmInferenceServicePresets": {"enabled": True, "namePrefix": "team-"},
+        },
+        "llmInferenceServicePresets.namePrefix=team-",
+        "set namePrefix to kserve-",
+    ),
+    "presets alone for an unverified release": Refusal(
+        {"kserve": {"version": "0.21.0"}, "llmInferenceServicePresets": {"enabled": True}},
+        "llmInferenceServicePresets.enabled",
+        "kserve.allowUnverifiedRelease=true",
+        replace=True,
+    ),
+    "a preset prefix that is no name's start": limit(
+        {"llmInferenceServicePresets": {"enabled": True, "namePrefix": "Team_"}},
+        "llmInferenceServicePresets.namePrefix",
+        "ending in '-'",
+    ),
     "lws with an s3 model": Refusal(
         {"group": {"backend": "lws"}, "model": {"uri": "s3://bucket/model"}},
         "model.uri=s3://bucket/model",

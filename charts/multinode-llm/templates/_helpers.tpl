@@ -1009,8 +1009,8 @@ before rendering) */}}
 {{- $uri := $v.model.uri }}
 {{- $scheme := include "multinode-llm.modelScheme" . }}
 {{- if not $uri }}
-{{- if not $v.modelCache.enabled }}
-{{- $errors = append $errors "model.uri is required: set it to hf://ORG/NAME[:REVISION] (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct), pvc://CLAIM/PATH or oci://REGISTRY/REPO:TAG (only a release that runs the model cache, modelCache.enabled=true, may leave it empty)" }}
+{{- if not (or $v.modelCache.enabled $v.llmInferenceServicePresets.enabled) }}
+{{- $errors = append $errors "model.uri is required: set it to hf://ORG/NAME[:REVISION] (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct), pvc://CLAIM/PATH or oci://REGISTRY/REPO:TAG (only a release that runs the model cache, modelCache.enabled=true, or ships only KServe's LLMInferenceService presets, llmInferenceServicePresets.enabled=true, may leave it empty)" }}
 {{- end }}
 {{- else if eq $scheme "hf" }}
 {{- if not (regexMatch (include "multinode-llm.hfPattern" .) $uri) }}
@@ -1174,6 +1174,7 @@ model too big for one. */}}
 
 {{- /* the backend: LeaderWorkerSet's own rules, or KServe's one group (docs/lws.md) */}}
 {{- $errors = concat $errors (include "multinode-llm.validateBackend" . | fromJsonArray) }}
+{{- $errors = concat $errors (include "multinode-llm.validatePresets" . | fromJsonArray) }}
 
 {{- /* one kind of monitor: both would scrape every pod into the same series twice */}}
 {{- if and $v.monitoring.podMonitor.enabled $v.monitoring.serviceMonitor.enabled }}
