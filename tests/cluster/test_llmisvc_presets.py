@@ -53,8 +53,8 @@ def merge() -> Any:
         try:
             return llmisvc.merge(SERVICE, [preset(**values)], tls=tls)
         except UserError as why:
-            if "go build" in str(why) or "go is not installed" in str(why):
-                pytest.skip(f"KServe's merge does not build here: {why}")
+            if "go is not installed" in str(why):
+                pytest.skip(f"KServe's merge is built from its Go module: {why}")
             raise
 
     return run
