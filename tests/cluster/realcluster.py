@@ -121,7 +121,17 @@ class RealCluster:
     def install_gateway_api(self) -> None:
         """The Gateway API CRDs of ``gateway_api.version()`` (standard channel), Established."""
         self.kubectl("apply", "--server-side", "-f", str(gateway_api.crd_dir()))
-        self.kubectl("wait", "--for=condition=Established", "crd", *GATEWAY_API_CRDS)
+        self.wait_established(*GATEWAY_API_CRDS)
+
+    def wait_established(self, *crds: str, timeout: float = 120) -> None:
+        """Until each CRD is Established. Asked, not ``kubectl wait``: a CRD just applied may have
+        no conditions yet, and kubectl wait fails on that at once (CI, 4 Dec)."""
+        for crd in crds:
+            wait_for(
+                lambda crd=crd: condition(self.get("crd", crd), "Established"),
+                timeout,
+                f"CRD {crd} Established",
+            )
 
     def uninstall_gateway_api(self) -> None:
         """Delete the CRDs without waiting: the API server's finalizer removes them in the

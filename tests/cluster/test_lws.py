@@ -101,7 +101,7 @@ def test_helm_refuses_lws_where_the_cluster_has_none_or_one_too_old(clusters: Cl
         assert "this cluster has no LeaderWorkerSet" in stderr, stderr
     running.kubectl("apply", "--server-side", "-f", str(old_crd))
     try:
-        running.kubectl("wait", "--for=condition=Established", "crd", LWS_CRD)
+        running.wait_established(LWS_CRD)
         for stderr in refusals():
             assert "older than v0.7.0" in stderr, stderr
     finally:
