@@ -32,6 +32,7 @@ from multinode_llm_local.kubelet import enter_command
 from multinode_llm_local.pods import PodPlan, make_readable
 from multinode_llm_testing import gateway_api
 from multinode_llm_testing import serving_checks as checks
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.locks import file_lock, vllm_lock
 from multinode_llm_testing.pod_processes import processes_in
 from multinode_llm_testing.serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
@@ -475,6 +476,21 @@ def with_namespace(clusters: Clusters, namespace: str) -> Iterator[RealCluster]:
     running.kubectl("create", "namespace", namespace)
     yield running
     running.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def start_fake_hub(cluster: RealCluster, model: Path, repo: str) -> FakeHub:
+    """A FAKE Hub serving ``model`` as ``repo`` on this machine's end of the cluster's uplink
+    (the address pods may reach), started; its byte counts say what the pods downloaded."""
+    files = {
+        str(path.relative_to(model)): path.read_bytes()
+        for path in sorted(model.rglob("*"))
+        if path.is_file()
+    }
+    fake = FakeHub(host=cluster.info.root_ip)
+    fake.xet = False
+    fake.add(FakeRepo(repo, files))
+    fake.start()
+    return fake
 
 
 @contextlib.contextmanager

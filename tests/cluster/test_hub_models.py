@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.fake_hub import FakeHub
 from realcluster import (
     Clusters,
     Installed,
     RealCluster,
     install,
     serving_lock,
+    start_fake_hub,
     with_namespace,
 )
 
@@ -37,15 +38,7 @@ def cluster(clusters: Clusters) -> Iterator[RealCluster]:
 
 @pytest.fixture(scope="module")
 def hub(cluster: RealCluster, tiny_model: Path) -> Iterator[FakeHub]:
-    files = {
-        str(path.relative_to(tiny_model)): path.read_bytes()
-        for path in sorted(tiny_model.rglob("*"))
-        if path.is_file()
-    }
-    fake = FakeHub(host=cluster.info.root_ip)
-    fake.xet = False
-    fake.add(FakeRepo(REPO, files))
-    fake.start()
+    fake = start_fake_hub(cluster, tiny_model, REPO)
     yield fake
     fake.stop()
 
