@@ -60,8 +60,23 @@ PINS: dict[str, tuple[str, str, list[str]]] = {
     # LeaderWorkerSet's controller, for the chart's `group.backend: lws`. The proxy serves the
     # module's zip up to v0.9.0; v0.10.x and v0.11.0 answer 403 (2026-12-04).
     "lws": ("sigs.k8s.io/lws", "v0.9.0", ["sigs.k8s.io/lws/cmd"]),
+    # Argo CD's application controller and repo server, for the chart's sync tests (main.go here
+    # picks one by argv[0], as Argo CD's own multi-call binary does; its cmd/main.go also links
+    # the API server, whose UI assets the module zip lacks). v3.5.1: from v3.3 the gitops-engine
+    # lives in the repository (`replace => ./gitops-engine`), which a dependency cannot use, and
+    # the proxy serves the nested module only at three commits of 2026 (v3.6.x's gitops-engine/v3
+    # at none that builds). The one of 2026-08-27 is v3.5.1's own gitops-engine plus one
+    # cherry-picked fix (a recovered panic in AuthReconcile): diffed against the v3.5.1 tag.
+    "argocd": ("github.com/argoproj/argo-cd/v3", "v3.5.1", ["multinode-llm.local/argocd"]),
 }
-MODULE_PATHS = {"etcd": "multinode-llm.local/etcd"}
+MODULE_PATHS = {"etcd": "multinode-llm.local/etcd", "argocd": "multinode-llm.local/argocd"}
+# Replaces of our own, beside those a module's go.mod has at its tag (``upstream_replaces``).
+EXTRA_REPLACES = {
+    "argocd": [
+        "github.com/argoproj/argo-cd/gitops-engine => "
+        "github.com/argoproj/argo-cd/gitops-engine v0.0.0-20260827090335-e258ee23c3e5"
+    ],
+}
 ETCD_MAIN = """\
 // The etcd server: what etcd's own main package (go.etcd.io/etcd/v3) runs.
 package main
@@ -76,6 +91,42 @@ func main() {
 \tetcdmain.Main(os.Args)
 }
 """
+ARGOCD_MAIN = """\
+// Argo CD's application controller, repo server and git ask-pass helper, picked by argv[0] (or
+// ARGOCD_BINARY_NAME) as Argo CD's own multi-call binary (cmd/main.go) picks them.
+package main
+
+import (
+\t"os"
+\t"path/filepath"
+
+\t"github.com/spf13/cobra"
+
+\tappcontroller "github.com/argoproj/argo-cd/v3/cmd/argocd-application-controller/commands"
+\tgitaskpass "github.com/argoproj/argo-cd/v3/cmd/argocd-git-ask-pass/commands"
+\treposerver "github.com/argoproj/argo-cd/v3/cmd/argocd-repo-server/commands"
+)
+
+func main() {
+\tname := filepath.Base(os.Args[0])
+\tif env := os.Getenv("ARGOCD_BINARY_NAME"); env != "" {
+\t\tname = env
+\t}
+\tvar command *cobra.Command
+\tswitch name {
+\tcase "argocd-repo-server":
+\t\tcommand = reposerver.NewCommand()
+\tcase "argocd-git-ask-pass":
+\t\tcommand = gitaskpass.NewCommand()
+\tdefault:
+\t\tcommand = appcontroller.NewCommand()
+\t}
+\tif err := command.Execute(); err != nil {
+\t\tos.Exit(1)
+\t}
+}
+"""
+MAINS = {"etcd": ETCD_MAIN, "argocd": ARGOCD_MAIN}
 
 
 def go(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -125,8 +176,8 @@ def write_module(
     if replaces:
         text += ["replace (", *(f"\t{line}" for line in replaces), ")", ""]
     (folder / "go.mod").write_text("\n".join(text))
-    if name == "etcd":
-        (folder / "main.go").write_text(ETCD_MAIN)
+    if name in MAINS:
+        (folder / "main.go").write_text(MAINS[name])
     result = go("mod", "tidy", cwd=folder)
     if result.returncode != 0:
         sys.exit(f"go mod tidy in {folder} failed:\n{result.stderr}")
@@ -138,11 +189,15 @@ def fixed_modules(names: list[str]) -> None:
         if names and name not in names:
             continue
         replaces: list[str] = []
-        if name == "kubernetes":
+        if name in ("kubernetes", "argocd"):
             text = module_file(module, version)
             if text is None:
                 sys.exit(f"{module}@{version}: {download_error(module, version)}")
-            replaces = staging_replaces(text, version)
+            if name == "kubernetes":
+                replaces = staging_replaces(text, version)
+            else:  # Argo CD pins k8s.io/* and a few others with replaces, as KServe does
+                replaces = upstream_replaces(text)
+        replaces += EXTRA_REPLACES.get(name, [])
         write_module(name, module, version, tools, replaces)
 
 

@@ -257,7 +257,13 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "cluster, for the chart's group.backend=lws",
     )
     lws.add_argument("--remove", action="store_true", help="uninstall it instead")
-    for each in (up, status, down, lws):
+    argo = commands.add_parser(
+        "argocd",
+        help="start Argo CD's application controller and repo server (built from "
+        "github.com/argoproj/argo-cd/v3) on the running cluster, the chart's health check in "
+        "argocd-cm",
+    )
+    for each in (up, status, down, lws, argo):
         each.add_argument(
             "--prefix",
             default=real.DEFAULT_PREFIX,
@@ -285,7 +291,7 @@ def _cluster(args: argparse.Namespace) -> int:
         return 0
     if command == "build":
         modules = build.modules()
-        names = list(real.PROGRAM_MODULES)
+        names = [*real.PROGRAM_MODULES, *real.ADDON_MODULES]
         asked = args.kserve_version or [""]
         versions = real_kserve.built_versions() if "all" in asked else asked
         names += [real_kserve.resolve(v).module.name for v in versions]
@@ -301,6 +307,9 @@ def _cluster(args: argparse.Namespace) -> int:
         return 0
     if command == "lws":
         print(real.leader_worker_set(args.prefix, remove=args.remove))
+        return 0
+    if command == "argocd":
+        print(real.argo_cd(args.prefix))
         return 0
     removed = real.down(args.prefix)
     print("removed: " + ", ".join(removed) if removed else f"nothing to remove for {args.prefix}")

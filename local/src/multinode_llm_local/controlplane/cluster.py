@@ -37,7 +37,7 @@ from typing import Any
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.chart import find_chart, find_helm
-from multinode_llm_local.controlplane import build, kserve, lws
+from multinode_llm_local.controlplane import argocd, build, kserve, lws
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.netns import namespaces_with_prefix, require_root
@@ -62,6 +62,8 @@ PROCESSES = (
 
 # The modules of local/go every cluster builds, beside its KServe release's.
 PROGRAM_MODULES = ("kubernetes", "etcd", "coredns", "kube-rbac-proxy", "lws")
+# Modules ``cluster build`` also builds, for what runs beside a cluster on demand (``argo_cd``).
+ADDON_MODULES = ("argocd",)
 
 
 @dataclass(frozen=True)
@@ -261,12 +263,41 @@ def leader_worker_set(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str
     return f"LeaderWorkerSet {info.lws} serves its webhooks (module {lws.MODULE}@{info.lws})"
 
 
+def argo_cd(prefix: str = DEFAULT_PREFIX) -> str:
+    """Start Argo CD's application controller and repo server on the running cluster, with the
+    chart's InferenceService health check in argocd-cm (``argocd.py``)."""
+    state = State(prefix)
+    info = state.info()
+    if info is None or not _alive(state, "kube-apiserver"):
+        raise UserError(
+            f"no real cluster with prefix {prefix!r} is up: run `multinode-llm-local cluster up`"
+        )
+    if _alive(state, "argocd-application-controller"):
+        return f"Argo CD {argocd.version()} already runs"
+    network = ClusterNetwork(prefix=prefix)
+    chart = find_chart()
+    lua = (chart / "files" / "argocd-health-inferenceservice.lua").read_text()
+
+    def spawn(name: str, argv: list[str], env: dict[str, str]) -> int:
+        return _spawn(state, network, name, argv, env)
+
+    argocd.install(
+        Kubectl(state.kubeconfig),
+        spawn,
+        find_helm(chart),
+        state.directory,
+        {argocd.HEALTH_KEY: lua},
+    )
+    where = f"module {argocd.MODULE}; Applications in namespace {argocd.NAMESPACE}"
+    return f"Argo CD {argocd.version()} runs ({where})"
+
+
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Stop everything a real cluster with ``prefix`` started and remove its state."""
     require_root()
     state = State(prefix)
     removed: list[str] = []
-    for name in reversed(PROCESSES):
+    for name in reversed((*PROCESSES, *argocd.PROCESSES)):
         if _stop(state, name):
             removed.append(name)
     network = ClusterNetwork(prefix=prefix)
@@ -331,6 +362,20 @@ class Kubectl:
             f"--timeout={timeout:.0f}s",
             timeout=timeout + 30,
         )
+
+    def wait_established(self, crd: str, timeout: float = 60) -> None:
+        """Until the CRD is Established. Asked, not ``kubectl wait``: a CRD just applied may have
+        no conditions yet, and kubectl wait fails on that at once (.status.conditions accessor
+        error)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = json.loads(self.run("get", "crd", crd, "-o", "json"))
+            conditions = (found.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise UserError(f"CRD {crd} was not Established within {timeout:.0f} s")
+            time.sleep(0.5)
 
     def rollout(self, namespace: str, name: str, timeout: float) -> None:
         self.run(
@@ -479,13 +524,20 @@ def _proxy_args(programs: dict[str, Path], network: ClusterNetwork, kubeconfig: 
     ]
 
 
-def _spawn(state: State, network: ClusterNetwork | None, name: str, argv: Sequence[str]) -> int:
+def _spawn(
+    state: State,
+    network: ClusterNetwork | None,
+    name: str,
+    argv: Sequence[str],
+    env: dict[str, str] | None = None,
+) -> int:
     """Start ``argv`` in the host namespace (in this one without ``network``), in a session of
-    its own, logging to its file."""
+    its own, logging to its file; ``env`` replaces the environment."""
     log = state.log_file(name)
     with log.open("ab") as output:
         process = subprocess.Popen(
             network.in_host(argv) if network else list(argv),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=output,

@@ -89,7 +89,7 @@ def install(kubectl: Kubectl, pki: Pki, helm: Path) -> None:
     crds, objects = render(helm)
     kubectl.apply(_stream(certmanager.stand_in(crds, pki, NAMESPACE, inject_all=True)))
     for crd in crds:
-        kubectl.wait_for("crd", crd["metadata"]["name"], "condition=Established", 60)
+        kubectl.wait_established(crd["metadata"]["name"])
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     kubectl.apply(_stream([namespace]))
     objects = certmanager.stand_in(objects, pki, NAMESPACE, inject_all=True)
