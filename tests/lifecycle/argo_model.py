@@ -16,6 +16,8 @@ call, as modelled by ``ArgoCD._step``:
    ``helm.sh/hook`` one other than crd-install. Tasks sort by phase (PreSync, Sync, PostSync), wave
    (``syncwaves.Wave``: ``argocd.argoproj.io/sync-wave``, else ``helm.sh/hook-weight``, else 0),
    kind (sync_tasks.go ``kindOrder``) and name; earlier results (``syncRes``) are read back.
+   Prune tasks first have their waves reversed (``reverse_prune_waves``), so that what was
+   created last is pruned first: a real Argo CD run showed this (tests/cluster/test_argocd.py).
 2. Running tasks are brought up to date from health (health/health.go ``GetResourceHealth``;
    health_pvc.go: a Bound claim is Healthy, Pending Progressing; health_job.go: Complete Healthy,
    Failed Degraded, else Progressing): a hook by ``getOperationPhase`` (Healthy -> Succeeded,
@@ -43,7 +45,7 @@ Tracking is by annotation, the default (util/settings/settings.go ``GetTrackingM
 ``SharedResourceWarning`` (controller/state.go ``CompareAppState``), and each sync takes it over.
 
 Left out: the client-side dry run of the first step (it validates YAML only), SyncFail/PostDelete/
-PreDelete hooks, the hook finalizer, generateName hooks, prune-wave reversal and PruneLast,
+PreDelete hooks, the hook finalizer, generateName hooks, PruneLast,
 Replace/Force/ServerSideApply options, ApplyOutOfSyncOnly, namespace auto-creation and CRD ordering
 (``adjustDeps``), deletion confirmation, retries, self-heal and auto-sync timing (syncs run when a
 test says), health of kinds other than claims and Jobs (the InferenceService's Lua check included:
@@ -204,6 +206,7 @@ class Task:
     sync_status: str = ""  # Synced | SyncFailed | Pruned | PruneSkipped
     state: str = ""  # "" (pending) | Running | Succeeded | Failed
     message: str = ""
+    wave_override: int | None = None  # a prune task's wave, reversed (``reverse_prune_waves``)
 
     @property
     def obj(self) -> Doc:
@@ -222,7 +225,7 @@ class Task:
 
     @property
     def wave(self) -> int:
-        return wave(self.obj)
+        return wave(self.obj) if self.wave_override is None else self.wave_override
 
     @property
     def completed(self) -> bool:
@@ -234,6 +237,16 @@ class Task:
     def order(self) -> tuple[int, int, int, str]:
         kind = KIND_ORDER.index(self.key.kind) if self.key.kind in KIND_ORDER else len(KIND_ORDER)
         return (PHASES[self.phase], self.wave, kind - len(KIND_ORDER), self.key.name)
+
+
+def reverse_prune_waves(tasks: list[Task]) -> None:
+    """Prune in the reverse of creation order: the waves the prune tasks hold are swapped end
+    for end (the lowest with the highest, and so on), as ``syncContext.Sync`` does before it
+    sorts ("symmetric swap on prune waves")."""
+    waves = sorted({wave(t.obj) for t in tasks if t.prune})
+    swap = dict(zip(waves, reversed(waves), strict=True))
+    for task in (t for t in tasks if t.prune):
+        task.wave_override = swap[wave(task.obj)]
 
 
 @dataclass
@@ -320,6 +333,7 @@ class ArgoCD:
         for key, live in self.tracked(app).items():
             if key not in rendered and not is_hook(live.doc):
                 tasks.append(Task("Sync", key, None, live))
+        reverse_prune_waves(tasks)
         tasks.sort(key=Task.order)
         for task in tasks:
             done = op.results.get((task.key, task.phase))
