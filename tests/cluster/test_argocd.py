@@ -1,0 +1,463 @@
+"""The chart synced by real Argo CD: its application controller and repo server, built from
+``github.com/argoproj/argo-cd/v3`` (``local/go/argocd``), with Debian's Redis, on the real control
+plane and KServe (``multinode_llm_local.controlplane.argocd``). The chart comes from a git
+repository on this machine (a ``file://`` URL, as Argo CD's own end-to-end tests use), its values
+from the Application (``helm.valuesObject``), and the model from an hf:// URI through a FAKE
+Hugging Face Hub (the real Hub cannot be reached), whose byte counts say what was downloaded.
+
+One Application, one release, in order: a sync, wave by wave; the chart's InferenceService health
+check (installed in argocd-cm, as docs/kserve-releases.md says) as the group forms, serves, loses
+a member and heals; no diff after the sync; a head that cannot start (Degraded: the sync fails in
+wave 0); a download that fails (the sync fails in wave -1); the app's deletion. The model volume
+outlives each failure and the deletion. tests/lifecycle's Argo CD model (argo_model.py) takes the
+same steps where it can (it has no InferenceService health) and must agree with real Argo CD on
+what each applied, pruned and deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from multinode_llm_local.controlplane import argocd
+from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_testing.fake_hub import FakeHub
+from realcluster import (
+    CHART,
+    LOCAL_VALUES,
+    PREFIX,
+    Clusters,
+    Installed,
+    RealCluster,
+    record,
+    serving_lock,
+    start_fake_hub,
+    wait_for,
+    with_namespace,
+)
+
+from tests.lifecycle.argo_model import ArgoCD
+from tests.lifecycle.charts import render
+from tests.lifecycle.cluster import Doc, FakeCluster, Key
+
+NAMESPACE = "argo-llm"
+APP = "llm"
+REPO = "org/tiny-llama"
+CLAIM = f"{APP}-multinode-llm-model"
+ISVC = f"{APP}-multinode-llm"
+SYNC_S = 900
+Obj = dict[str, Any]
+
+
+def annotations(obj: Obj) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def component(obj: Obj) -> str:
+    return str(obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""))
+
+
+def parse_time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+@dataclass
+class Application:
+    """The Argo CD Application of the release, driven as ``argocd app`` drives one: a sync is an
+    ``operation`` on the object, which the controller runs and clears."""
+
+    cluster: RealCluster
+    values: Obj
+    health_seen: list[tuple[float, str]] = field(default_factory=list)
+
+    def get(self) -> Obj:
+        return self.cluster.get("-n", argocd.NAMESPACE, f"applications.argoproj.io/{APP}")
+
+    def manifest(self, repo: Path) -> Obj:
+        return {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {
+                "name": APP,
+                "namespace": argocd.NAMESPACE,
+                # `argocd app delete` cascades through this finalizer.
+                "finalizers": ["resources-finalizer.argocd.argoproj.io"],
+            },
+            "spec": {
+                "project": "default",
+                "source": {
+                    "repoURL": f"file://{repo}",
+                    "targetRevision": "HEAD",
+                    "path": "charts/multinode-llm",
+                    "helm": {"releaseName": APP, "valuesObject": self.values},
+                },
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": NAMESPACE},
+            },
+        }
+
+    def set_values(self, values: Obj) -> None:
+        """Replace the Application's values (a JSON patch: a merge patch would keep old keys)."""
+        self.values = values
+        patch = [{"op": "replace", "path": "/spec/source/helm/valuesObject", "value": values}]
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", f"applications.argoproj.io/{APP}",
+                             "--type", "json", "-p", json.dumps(patch))  # fmt: skip
+
+    def refresh(self) -> Obj:
+        """A hard refresh (manifests rendered again, the diff computed again), then the app once
+        the controller has taken it (it removes the annotation)."""
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "annotate", f"applications.argoproj.io/{APP}",
+                             "argocd.argoproj.io/refresh=hard", "--overwrite")  # fmt: skip
+        wait_for(
+            lambda: (
+                "argocd.argoproj.io/refresh" not in self.get()["metadata"].get("annotations", {})
+            ),
+            120,
+            "Argo CD's hard refresh of the app",
+        )
+        return self.get()
+
+    def sync(self, timeout: float = SYNC_S) -> Obj:
+        """Run one sync (prune on, as `argocd app sync --prune`); the finished operation state."""
+        sync: Obj = {"prune": True, "syncStrategy": {"hook": {}}}
+        operation: Obj = {"initiatedBy": {"username": "tests"}, "sync": sync}
+        before = (self.get().get("status") or {}).get("operationState", {}).get("startedAt")
+        patch = json.dumps({"operation": operation})
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", f"applications.argoproj.io/{APP}",
+                             "--type", "merge", "-p", patch)  # fmt: skip
+
+        def finished() -> bool:
+            app = self.get()
+            state = (app.get("status") or {}).get("operationState") or {}
+            return (
+                "operation" not in app
+                and state.get("startedAt") != before
+                and state.get("phase") in ("Succeeded", "Failed", "Error")
+            )
+
+        wait_for(finished, timeout, "Argo CD's sync operation to finish")
+        state: Obj = self.get()["status"]["operationState"]
+        return state
+
+    def isvc_health(self) -> str:
+        """The InferenceService's health as Argo CD records it (the chart's check)."""
+        for resource in (self.get().get("status") or {}).get("resources") or []:
+            if resource.get("kind") == "InferenceService":
+                return str((resource.get("health") or {}).get("status", ""))
+        return ""
+
+
+class HealthWatch:
+    """Every change of the InferenceService's health in the Application's status, sampled each
+    second in a thread while the block runs (``seen``: the statuses in order, repeats dropped)."""
+
+    def __init__(self, app: Application) -> None:
+        self.app = app
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()  # the state the block ended in
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self._sample()
+
+    def _sample(self) -> None:
+        try:
+            health = self.app.isvc_health()
+        except AssertionError:  # kubectl failed once: the next sample will tell
+            return
+        if health and (not self.seen or self.seen[-1] != health):
+            self.seen.append(health)
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters: Clusters) -> Iterator[RealCluster]:
+    with with_namespace(clusters, NAMESPACE) as running:
+        print(real.argo_cd(PREFIX))
+        yield running
+
+
+@pytest.fixture(scope="module")
+def hub(cluster: RealCluster, tiny_model: Path) -> Iterator[FakeHub]:
+    fake = start_fake_hub(cluster, tiny_model, REPO)
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git repository holding the chart, as a GitOps repository holds it."""
+    folder = tmp_path_factory.mktemp("gitops") / "repo"
+    shutil.copytree(CHART, folder / "charts" / "multinode-llm")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "chart"]):
+        subprocess.run(["git", *argv], cwd=folder, env={**env, "PATH": "/usr/bin:/bin"},
+                       check=True)  # fmt: skip
+    folder.parent.chmod(0o755)
+    return folder
+
+
+def app_values(cluster: RealCluster, hub: FakeHub, **more: Any) -> Obj:
+    """The README's local values for the tiny model, as an hf:// model through the fake Hub."""
+    values: Obj = yaml.safe_load(LOCAL_VALUES.read_text())
+    values["model"] = {
+        "uri": f"hf://{REPO}",
+        "name": "tiny-llama",
+        "storage": {"size": "1Gi"},
+    }
+    values["modelCache"] = {"endpoint": hub.url}
+    values["kserve"] = {"version": cluster.kserve}
+    for key, value in more.items():
+        values[key] = {**values.get(key, {}), **value}
+    return values
+
+
+@pytest.fixture(scope="module")
+def app(cluster: RealCluster, hub: FakeHub, repo: Path) -> Iterator[Application]:
+    application = Application(cluster, app_values(cluster, hub))
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(application.manifest(repo)))
+    with serving_lock():
+        yield application
+    cluster.kubectl("-n", argocd.NAMESPACE, "delete", "applications.argoproj.io", APP,
+                    "--ignore-not-found", "--wait=false")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def first_sync(app: Application) -> tuple[Obj, list[str]]:
+    """The first sync of the release, timed, with the health the app recorded during it."""
+    started = time.monotonic()
+    with HealthWatch(app) as watch:
+        state = app.sync()
+        if state["phase"] == "Succeeded":
+            wait_for(lambda: app.isvc_health() == "Healthy", 120, "the app to record Healthy")
+    record(f"KServe {app.cluster.kserve}", "Argo CD sync (install, PP=2 Ray)",
+           time.monotonic() - started)  # fmt: skip
+    return state, watch.seen
+
+
+def group(app: Application) -> Installed:
+    return Installed(app.cluster, APP, NAMESPACE, ISVC)
+
+
+def created(cluster: RealCluster, kind: str, name: str) -> datetime:
+    meta = cluster.get("-n", NAMESPACE, f"{kind}/{name}")["metadata"]
+    return parse_time(meta["creationTimestamp"])
+
+
+def test_a_sync_applies_the_chart_wave_by_wave_and_the_group_serves(
+    app: Application, first_sync: tuple[Obj, list[str]], hub: FakeHub
+) -> None:
+    """Argo CD applies a wave only once the one before is healthy: the InferenceService (wave 0)
+    after the download Job (wave -1) completed, the readiness Job (wave 1) after the head was
+    Ready (the chart's health check calls the InferenceService Healthy only then)."""
+    state, _ = first_sync
+    assert state["phase"] == "Succeeded", state.get("message")
+    cluster = app.cluster
+    jobs = cluster.items("jobs", "-n", NAMESPACE)
+    [download] = [j for j in jobs if component(j) == "model-download"]
+    [ready_job] = [j for j in jobs if component(j) == "readiness"]
+    downloaded = parse_time(download["status"]["completionTime"])
+    assert created(cluster, "inferenceservice", ISVC) >= downloaded
+    [head] = group(app).pods("head")
+    head_ready = next(c for c in head["status"]["conditions"] if c["type"] == "Ready")
+    assert parse_time(ready_job["metadata"]["creationTimestamp"]) >= parse_time(
+        head_ready["lastTransitionTime"]
+    )
+    assert group(app).serves()
+    repo = hub.repos[("models", REPO)]
+    assert dict(hub.blob_bytes) == {path: len(body) for path, body in repo.files.items()}
+    model = ArgoCD(FakeCluster())
+    operation = model.sync(APP, NAMESPACE, rendered(app.values), prune=True)
+    assert operation.phase == state["phase"]
+    assert names({key for key, _ in operation.results}) == real_results(state, "Synced")
+
+
+def test_the_shipped_health_check_saw_the_group_progress_then_serve(
+    app: Application, first_sync: tuple[Obj, list[str]]
+) -> None:
+    _, seen = first_sync
+    assert seen[-1] == "Healthy", seen
+    assert "Progressing" in seen, seen
+    assert "Degraded" not in seen, seen
+    # The app's own health waits for the readiness Job too (wave 1, applied last, running on).
+    wait_for(lambda: app.get()["status"]["health"]["status"] == "Healthy", 300, "the app Healthy")
+
+
+def test_a_synced_release_shows_no_diff(
+    app: Application, first_sync: tuple[Obj, list[str]]
+) -> None:
+    """After a hard refresh, every object the chart renders is Synced: nothing KServe's webhooks
+    or controllers write into them reads as drift."""
+    found = app.refresh()
+    drift = [
+        f"{r['kind']}/{r['name']}"
+        for r in found["status"].get("resources") or []
+        if r.get("status") != "Synced"
+    ]
+    assert drift == [], drift
+    assert found["status"]["sync"]["status"] == "Synced"
+
+
+def test_a_lost_member_reads_progressing_until_the_group_heals_then_healthy(
+    app: Application, first_sync: tuple[Obj, list[str]]
+) -> None:
+    """A killed worker takes the group out (the head exits and both restart in place): the
+    check calls it Progressing, never Degraded (which would fail a sync running then), and
+    Healthy again once it serves, though KServe 0.16-0.19 then write another reason than at
+    install (the Deployments' conditions reordered)."""
+    installed = group(app)
+    with HealthWatch(app) as watch:
+        took = installed.heals_after_killing("worker")
+        wait_for(lambda: app.isvc_health() == "Healthy", 120, "the app to record Healthy again")
+    record(f"KServe {app.cluster.kserve}", "Argo CD: killed worker -> Healthy", took)
+    assert "Progressing" in watch.seen, watch.seen
+    assert "Degraded" not in watch.seen, watch.seen
+    assert watch.seen[-1] == "Healthy", watch.seen
+    assert app.get()["status"]["health"]["status"] == "Healthy"
+
+
+def test_a_head_that_cannot_start_is_degraded_and_fails_the_sync_keeping_the_claim(
+    app: Application, first_sync: tuple[Obj, list[str]]
+) -> None:
+    """A revision whose engine refuses its arguments: the head crash-loops, KServe reports its
+    model FailedToLoad, the chart's check calls that Degraded, and the sync fails in wave 0
+    with the claim as it was; the revision after it serves again."""
+    claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
+    good = app.values
+    args = [*good["vllm"]["args"], "--no-such-engine-flag"]
+    app.set_values({**good, "vllm": {**good["vllm"], "args": args}})
+    state = app.sync(timeout=420)
+    assert state["phase"] == "Failed", state.get("message")
+    # The operation failed on the InferenceService's health: the check's Degraded, with its
+    # message (a crash loop comes and goes between restarts; the sync saw it when it was there).
+    [isvc] = [r for r in state["syncResult"]["resources"] if r["kind"] == "InferenceService"]
+    assert isvc["status"] == "Synced", isvc
+    assert "FailedToLoad" in isvc.get("message", ""), isvc
+    assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    # While the crash-looping pods go, KServe may still report their FailedToLoad, which fails
+    # a sync: synced again, as docs/kserve-releases.md tells Argo CD users.
+    app.set_values(good)
+    attempts = [app.sync()]
+    while attempts[-1]["phase"] != "Succeeded" and len(attempts) < 4:
+        attempts.append(app.sync())
+    assert attempts[-1]["phase"] == "Succeeded", [outcome(each) for each in attempts]
+    assert group(app).serves()
+
+
+def test_a_failed_sync_keeps_the_model_claim_and_its_model(
+    app: Application, first_sync: tuple[Obj, list[str]], hub: FakeHub
+) -> None:
+    """A revision whose download fails (a repo the Hub does not have, no retry): the sync fails
+    at wave -1 and leaves the claim, with the model on it, as it was; the next good sync serves
+    from it without downloading again."""
+    claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
+    sent = sum(hub.blob_bytes.values())
+    good = app.values
+    model = modelled(good)
+    missing = {**good["model"], "uri": "hf://org/missing"}
+    failing = {**good, "model": missing, "download": {"backoffLimit": 0}}
+    app.set_values(failing)
+    state = app.sync()
+    assert state["phase"] == "Failed", state.get("message")
+    assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    model.cluster.job_fails = is_download
+    operation = model.sync(APP, NAMESPACE, rendered(failing), prune=True)
+    model.cluster.job_fails = lambda _: False
+    assert operation.phase == "Failed"
+    assert operation.deleted_hooks == []
+    # What was made last goes first: the readiness Job (wave 1) is pruned in wave -1, beside
+    # the new download, and the sync stops before the old download's turn.
+    assert names(operation.pruned) == real_results(state, "Pruned"), outcome(state)
+    assert model.cluster.get(Key("", "PersistentVolumeClaim", NAMESPACE, CLAIM)) is not None
+
+    app.set_values(good)
+    state = app.sync()
+    assert state["phase"] == "Succeeded", state.get("message")
+    assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    assert sum(hub.blob_bytes.values()) == sent, "the good sync downloaded the model again"
+    assert group(app).serves()
+    operation = model.sync(APP, NAMESPACE, rendered(good), prune=True)
+    assert operation.phase == state["phase"]
+    pruned = real_results(state, "Pruned")
+    assert names(operation.pruned) == pruned, state["syncResult"]
+    wait_for(  # a pruned Job goes once its pods have (the garbage collector, in the background)
+        lambda: not any(exists(app.cluster, kind, name) for kind, name in pruned),
+        120,
+        f"the pruned {sorted(pruned)} gone",
+    )
+
+
+def test_deleting_the_app_keeps_the_claim_as_keep_on_uninstall_says(
+    app: Application, first_sync: tuple[Obj, list[str]]
+) -> None:
+    """A cascading deletion (the finalizer `argocd app delete` uses) takes what the app tracks
+    but the claim (keepOnUninstall, the default: ``Delete=false``), as the model says."""
+    claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
+    # After a refresh: the app's list of what it tracks, as of now (a pruned object can linger)
+    tracked = {(r["kind"], r["name"]) for r in app.refresh()["status"]["resources"]}
+    app.cluster.kubectl("-n", argocd.NAMESPACE, "delete", "applications.argoproj.io", APP,
+                        "--timeout=300s", timeout=330)  # fmt: skip
+    assert app.cluster.items("inferenceservices", "-n", NAMESPACE) == []
+    assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    left = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
+    assert names(modelled(app.values).delete_app(APP)) == tracked - left
+    assert left == {("PersistentVolumeClaim", CLAIM)}
+
+
+def exists(cluster: RealCluster, kind: str, name: str) -> bool:
+    found = cluster.kubectl("get", "-n", NAMESPACE, kind, name, "--ignore-not-found", "-o", "name")
+    return bool(found.strip())
+
+
+def modelled(values: Obj) -> ArgoCD:
+    """tests/lifecycle's Argo CD model on its fake API server, synced to ``values`` as the real
+    app is before the step a test compares (the model has no InferenceService health, so it
+    follows the real run only where a step does not turn on it)."""
+    model = ArgoCD(FakeCluster())
+    assert model.sync(APP, NAMESPACE, rendered(values), prune=True).phase == "Succeeded"
+    return model
+
+
+def rendered(values: Obj) -> list[Doc]:
+    """The chart as Argo CD's repo server renders it (``helm template``), for the model."""
+    return render("helm4", "new", values, namespace=NAMESPACE, base=False)
+
+
+def is_download(doc: Doc) -> bool:
+    return doc["kind"] == "Job" and component(doc) == "model-download"
+
+
+def real_results(state: Obj, status: str) -> set[tuple[str, str]]:
+    """(kind, name) of each object the real sync gave ``status`` (Synced, Pruned, ...)."""
+    resources = (state.get("syncResult") or {}).get("resources") or []
+    return {(r["kind"], r["name"]) for r in resources if r.get("status") == status}
+
+
+def outcome(state: Obj) -> list[str]:
+    """The operation's message and each object's result, for a failure message."""
+    resources = (state.get("syncResult") or {}).get("resources") or []
+    results = [f"{r['kind']}/{r['name']}: {r.get('status')} {r.get('message')}" for r in resources]
+    return [f"{state.get('phase')}: {state.get('message')}", *results]
+
+
+def names(keys: list[Key] | set[Key]) -> set[tuple[str, str]]:
+    return {(k.kind, k.name) for k in keys}
