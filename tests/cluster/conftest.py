@@ -21,8 +21,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "lws_mp: the LeaderWorkerSet scenarios again with group.executor=mp (tox -e cluster-lws; "
-        "tox -e cluster runs them with the chart's default executor, ray)",
+        "lws_mp: the LeaderWorkerSet scenarios again with group.executor=mp (tox -e cluster-lws "
+        "runs them with both executors)",
     )
 
 
