@@ -12,11 +12,16 @@ wave 0); a download that fails (the sync fails in wave -1); the app's deletion. 
 outlives each failure and the deletion. tests/lifecycle's Argo CD model (argo_model.py) takes the
 same steps where it can (it has no InferenceService health) and must agree with real Argo CD on
 what each applied, pruned and deleted.
+
+It runs on the chart's default KServe release; ``ARGOCD_KSERVE_RELEASES`` (``all``: every release
+the chart supports whose manager is built here, or a comma-separated list) runs it on others
+(``tox -e cluster-argocd-releases``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -31,6 +36,8 @@ import pytest
 import yaml
 from multinode_llm_local.controlplane import argocd
 from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_local.controlplane import kserve as real_kserve
+from multinode_llm_local.kserve import releases
 from multinode_llm_testing.fake_hub import FakeHub
 from realcluster import (
     CHART,
@@ -43,7 +50,6 @@ from realcluster import (
     serving_lock,
     start_fake_hub,
     wait_for,
-    with_namespace,
 )
 
 from tests.lifecycle.argo_model import ArgoCD
@@ -188,11 +194,24 @@ class HealthWatch:
             self.seen.append(health)
 
 
-@pytest.fixture(scope="module")
-def cluster(clusters: Clusters) -> Iterator[RealCluster]:
-    with with_namespace(clusters, NAMESPACE) as running:
-        print(real.argo_cd(PREFIX))
-        yield running
+def kserve_releases() -> list[str]:
+    """The KServe releases to sync on: the chart's default, or ``ARGOCD_KSERVE_RELEASES``."""
+    asked = os.environ.get("ARGOCD_KSERVE_RELEASES", "").strip()
+    if not asked:
+        return [releases.default().version]
+    if asked == "all":
+        built = real_kserve.built_versions()
+        return [v for v in built if releases.get(v).status == "supported"]
+    return [v.strip() for v in asked.split(",") if v.strip()]
+
+
+@pytest.fixture(scope="module", params=kserve_releases())
+def cluster(request: pytest.FixtureRequest, clusters: Clusters) -> Iterator[RealCluster]:
+    running = clusters.get(str(request.param))
+    running.kubectl("create", "namespace", NAMESPACE)
+    print(real.argo_cd(PREFIX))
+    yield running
+    running.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
 @pytest.fixture(scope="module")

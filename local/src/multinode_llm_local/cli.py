@@ -246,8 +246,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="VERSION",
-        help="KServe releases to build (repeatable), or 'all' for every one local/go has; "
-        "default: the chart's default release",
+        help="KServe releases to build (repeatable or comma-separated), or 'all' for every one "
+        "local/go has; default: the chart's default release",
     )
     status = commands.add_parser("status", help="the cluster's info and its processes")
     down = commands.add_parser("down", help="stop everything and remove it (safe to repeat)")
@@ -292,7 +292,7 @@ def _cluster(args: argparse.Namespace) -> int:
     if command == "build":
         modules = build.modules()
         names = [*real.PROGRAM_MODULES, *real.ADDON_MODULES]
-        asked = args.kserve_version or [""]
+        asked = [v for each in args.kserve_version for v in each.split(",")] or [""]
         versions = real_kserve.built_versions() if "all" in asked else asked
         names += [real_kserve.resolve(v).module.name for v in versions]
         for name in names:
