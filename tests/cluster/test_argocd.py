@@ -431,8 +431,10 @@ def test_deleting_the_app_keeps_the_claim_as_keep_on_uninstall_says(
     """A cascading deletion (the finalizer `argocd app delete` uses) takes what the app tracks
     but the claim (keepOnUninstall, the default: ``Delete=false``), as the model says."""
     claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
-    # After a refresh: the app's list of what it tracks, as of now (a pruned object can linger)
-    tracked = {(r["kind"], r["name"]) for r in app.refresh()["status"]["resources"]}
+    # What the app tracks and still exists: its status can still list an object an earlier
+    # sync pruned and the garbage collector has since removed.
+    listed = {(r["kind"], r["name"]) for r in app.refresh()["status"]["resources"]}
+    tracked = {(kind, name) for kind, name in listed if exists(app.cluster, kind, name)}
     app.cluster.kubectl("-n", argocd.NAMESPACE, "delete", "applications.argoproj.io", APP,
                         "--timeout=300s", timeout=330)  # fmt: skip
     assert app.cluster.items("inferenceservices", "-n", NAMESPACE) == []
