@@ -21,10 +21,8 @@ reads git repositories by ``file://`` URL, as Argo CD's own end-to-end tests do.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,18 +59,8 @@ def version() -> str:
 
 
 def module_dir() -> Path:
-    """The Argo CD module's files in Go's module cache (its CRDs)."""
-    result = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{version()}"],
-        cwd=module().directory,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    info = json.loads(result.stdout or "{}")
-    if result.returncode != 0 or "Dir" not in info:
-        raise UserError(f"go mod download of {MODULE}@{version()} failed: {info or result}")
-    return Path(info["Dir"])
+    """The Argo CD module's files in Go's module cache (its CRDs, its image's scripts)."""
+    return build.module_files(module(), MODULE, version())
 
 
 def settings(health_checks: dict[str, str]) -> list[Obj]:
@@ -108,9 +96,9 @@ def settings(health_checks: dict[str, str]) -> list[Obj]:
     ]
 
 
-def crds() -> list[Obj]:
-    """Application and AppProject, from the module's own ``manifests/crds``."""
-    folder = module_dir() / "manifests" / "crds"
+def crds(files: Path) -> list[Obj]:
+    """Application and AppProject, from the module's own ``manifests/crds`` (``files``)."""
+    folder = files / "manifests" / "crds"
     names = ("application-crd.yaml", "appproject-crd.yaml")
     return [yaml.safe_load((folder / name).read_text()) for name in names]
 
@@ -132,7 +120,8 @@ def install(
             "(bash hack/install-packages.sh redis-server=redis-server)"
         )
     built = build.build(module(), progress) / "argocd"
-    kubectl.apply(yaml.safe_dump_all(crds(), sort_keys=False))
+    files = module_dir()
+    kubectl.apply(yaml.safe_dump_all(crds(files), sort_keys=False))
     for crd in ("applications.argoproj.io", "appprojects.argoproj.io"):
         kubectl.wait_established(crd)
     kubectl.apply(yaml.safe_dump_all(settings(health_checks), sort_keys=False))
@@ -140,7 +129,7 @@ def install(
     for folder in ("tmp", "ssh", "tls", "gnupg"):
         (home / folder).mkdir(parents=True, exist_ok=True)
     _named(helm, home, "helm")  # the repo server runs `helm template` from its PATH
-    _image_scripts(home)
+    _image_scripts(files, home)
     env = _environment(home, kubectl.kubeconfig)
     progress(f"starting Argo CD {version()}: Redis, the repo server, the application controller")
     spawn("argocd-redis", _redis_args(redis, home), env)
@@ -149,13 +138,13 @@ def install(
     spawn("argocd-application-controller", _controller_args(controller, kubectl.kubeconfig), env)
 
 
-def _image_scripts(home: Path) -> None:
+def _image_scripts(files: Path, home: Path) -> None:
     """The scripts Argo CD's image puts in /usr/local/bin (its Dockerfile), from the same module:
     the repo server runs git-verify-wrapper.sh on every revision it renders."""
     for name in ("git-verify-wrapper.sh", "gpg-wrapper.sh"):
         target = home / "bin" / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(module_dir() / "hack" / name, target)
+        shutil.copyfile(files / "hack" / name, target)
         target.chmod(0o755)  # the module cache keeps it read-only, without the x bits
 
 

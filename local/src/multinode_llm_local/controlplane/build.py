@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -240,3 +241,19 @@ def _lock(path: Path) -> Iterator[None]:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def module_files(module: Module, path: str, version: str) -> Path:
+    """The files of Go module ``path@version`` in Go's module cache (downloaded if need be),
+    resolved from ``module``'s folder."""
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"{path}@{version}"],
+        cwd=module.directory,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Dir" not in info:
+        raise UserError(f"go mod download of {path}@{version} failed: {info or result}")
+    return Path(info["Dir"])

@@ -80,17 +80,7 @@ def resolve(asked: str) -> Release:
 
 def module_dir(release: Release) -> Path:
     """The module's files in Go's module cache (downloaded by its build)."""
-    result = subprocess.run(
-        ["go", "mod", "download", "-json", f"github.com/kserve/kserve@v{release.version}"],
-        cwd=release.module.directory,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    info = json.loads(result.stdout or "{}")
-    if result.returncode != 0 or "Dir" not in info:
-        raise UserError(f"go mod download of KServe {release.version} failed: {info or result}")
-    return Path(info["Dir"])
+    return build.module_files(release.module, "github.com/kserve/kserve", f"v{release.version}")
 
 
 def render(release: Release, helm: Path) -> tuple[list[Obj], list[Obj], list[Obj]]:

@@ -12,7 +12,6 @@ CRDs' conversion webhooks. Installed on demand (``multinode-llm-local cluster lw
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,18 +46,7 @@ def version() -> str:
 def module_dir(release: str = "") -> Path:
     """The module's files in Go's module cache (downloaded by its build), at ``release`` (a tag
     such as ``v0.6.2``; empty: the pinned one)."""
-    release = release or version()
-    result = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{release}"],
-        cwd=module().directory,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    info = json.loads(result.stdout or "{}")
-    if result.returncode != 0 or "Dir" not in info:
-        raise UserError(f"go mod download of {MODULE}@{release} failed: {info or result}")
-    return Path(info["Dir"])
+    return build.module_files(module(), MODULE, release or version())
 
 
 def render(helm: Path) -> tuple[list[Obj], list[Obj]]:
