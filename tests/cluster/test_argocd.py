@@ -133,11 +133,19 @@ class Application:
         return self.get()
 
     def sync(self, timeout: float = SYNC_S) -> Obj:
-        """Run one sync (prune on, as `argocd app sync --prune`); the finished operation state."""
+        """Run one sync (prune on, as `argocd app sync --prune`); the finished operation state.
+
+        As `argocd app sync` does (SetAppOperation, util/argo/argo.go, v3.5.1), the operation is
+        set and the last one's state cleared in one write: the controller merge-patches a new
+        operation's state over the stored one, so a kept ``syncResult`` would lend the new sync
+        its source, whose values the patch merges (a key the new values dropped stays), and a
+        kept ``retryCount`` its retries."""
+        app = self.get()
+        assert "operation" not in app, "another operation is in progress"
         sync: Obj = {"prune": True, "syncStrategy": {"hook": {}}}
         operation: Obj = {"initiatedBy": {"username": "tests"}, "sync": sync}
-        before = (self.get().get("status") or {}).get("operationState", {}).get("startedAt")
-        patch = json.dumps({"operation": operation})
+        before = (app.get("status") or {}).get("operationState", {}).get("startedAt")
+        patch = json.dumps({"operation": operation, "status": {"operationState": None}})
         self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", f"applications.argoproj.io/{APP}",
                              "--type", "merge", "-p", patch)  # fmt: skip
 
