@@ -1,8 +1,8 @@
 """The generated section of a document, shared by the generators in hack/: the text between two
 marker lines, and the write (or ``--check``) each of them ends with.
 
-Each generator puts its own folder on ``sys.path`` to import it, so that it runs the same as
-``python3 hack/NAME.py`` and when a test loads it by path.
+A generator imports it as a sibling: ``python3 hack/NAME.py`` has hack/ on its path, and pytest
+gets it from the ``pythonpath`` of tox.ini when a test loads a generator by path.
 """
 
 from __future__ import annotations

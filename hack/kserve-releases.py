@@ -18,10 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import docsection  # beside this file: on the path of `python3 hack/NAME.py` and of pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import docsection  # beside this file, in hack/
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"

@@ -4,6 +4,7 @@
 Usage: python3 hack/upgrade-matrix.py          rewrite the table between the doc's markers
        python3 hack/upgrade-matrix.py --check  exit 1 when the doc has drifted from the chart
        python3 hack/upgrade-matrix.py --chart DIR --print   the table of another copy of the chart
+Run it where the local cluster's package imports (pip install -e ./local; .tox/chart has it).
 
 For each change, the chart is rendered twice with real helm 4 (before and after), and both renders
 go through the local emulation of KServe's webhooks and controller (multinode_llm_local.kserve,
@@ -31,10 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docsection  # beside this file: on the path of `python3 hack/NAME.py` and of pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import docsection  # beside this file, in hack/
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "multinode-llm"
@@ -47,11 +46,13 @@ RELEASE, NAMESPACE = "llm", "serving"
 BASE: dict[str, Any] = {"model": {"uri": "hf://org/m:a"}}
 RUNTIME_KINDS = ("ServingRuntime", "ClusterServingRuntime")
 
-try:  # .tox/chart has the local cluster installed; a plain python3 reads the checkout
+try:
     from multinode_llm_local import kserve
-except ImportError:
-    sys.path[:0] = [str(ROOT / "local" / "src"), str(ROOT / "runtime" / "src")]
-    from multinode_llm_local import kserve
+except ImportError as missing:  # the emulation of KServe lives in the local cluster's package
+    raise SystemExit(
+        f"hack/upgrade-matrix.py needs multinode_llm_local ({missing}): run it with tox -e chart's"
+        " interpreter (.tox/chart/bin/python hack/upgrade-matrix.py), or pip install -e ./local"
+    ) from missing
 
 Obj = dict[str, Any]
 
