@@ -4,7 +4,10 @@ It does what kubelet does for the fields our chart uses, with Kubernetes' rules:
 
 - each container runs as the processes of ``container.py`` in the pod's network namespace, with
   its own PID, mount and UTS namespaces (so killing it kills all of it);
-- startup probe first (liveness and readiness wait for it); readiness sets the pod's Ready after
+- startup probe first (liveness and readiness wait for it), readiness probed at once when it
+  passes: kubelet's sync on a startup result triggers a readiness run (``UpdatePodStatus``,
+  ``pkg/kubelet/prober/prober_manager.go``, Kubernetes v1.37.2), so the chart's head startup
+  period bounds the wait from engine to Ready; readiness sets the pod's Ready after
   ``successThreshold`` successes and clears it after ``failureThreshold`` failures; a startup or
   liveness probe that fails ``failureThreshold`` times in a row kills the container (SIGTERM,
   SIGKILL after the grace period) and it is restarted (``restartPolicy: Always``);
