@@ -30,7 +30,7 @@ from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
 from multinode_llm_local.kserve import releases
 from multinode_llm_local.kubelet import enter_command
 from multinode_llm_local.pods import PodPlan, make_readable
-from multinode_llm_testing import gateway_api
+from multinode_llm_testing import gateway_api, prometheus_operator
 from multinode_llm_testing import serving_checks as checks
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.locks import file_lock, vllm_lock
@@ -123,6 +123,17 @@ class RealCluster:
         """The Gateway API CRDs of ``gateway_api.version()`` (standard channel), Established."""
         self.kubectl("apply", "--server-side", "-f", str(gateway_api.crd_dir()))
         self.wait_established(*GATEWAY_API_CRDS)
+
+    def install_prometheus_operator_crds(self) -> None:
+        """The Prometheus Operator's PodMonitor, ServiceMonitor and PrometheusRule CRDs of the
+        pinned release, Established (the chart's monitoring values render those kinds)."""
+        for path in prometheus_operator.crd_files():
+            self.kubectl("apply", "--server-side", "-f", str(path))
+        self.wait_established(*prometheus_operator.CRDS)
+
+    def uninstall_prometheus_operator_crds(self) -> None:
+        for path in prometheus_operator.crd_files():
+            self.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=false")
 
     def wait_established(self, *crds: str, timeout: float = 120) -> None:
         """Until each CRD is Established. Asked, not ``kubectl wait``: a CRD just applied may have
