@@ -337,6 +337,8 @@ def set_default_pod_spec(pod_spec: Obj) -> None:
     pod_spec.setdefault("restartPolicy", "Always")
     pod_spec.setdefault("terminationGracePeriodSeconds", 30)
     pod_spec.setdefault("securityContext", {})
+    if pod_spec.get("hostNetwork"):
+        _default_host_network_ports(pod_spec)
     for container in pod_spec["containers"]:
         if container["name"] == HEAD_CONTAINER and not container.get("readinessProbe"):
             ports = container.get("ports") or [{"containerPort": 8080}]
@@ -347,6 +349,16 @@ def set_default_pod_spec(pod_spec: Obj) -> None:
                 "successThreshold": 1,
                 "failureThreshold": 3,
             }
+
+
+def _default_host_network_ports(pod_spec: Obj) -> None:
+    """A pod on the host's network binds its container ports on the node: the API server sets
+    each port's ``hostPort`` to its ``containerPort`` (``defaultHostNetworkPorts``,
+    pkg/apis/core/v1/defaults.go, Kubernetes v1.37.2), so hostNetwork changes the ports too."""
+    for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+        for port in container.get("ports") or []:
+            if not port.get("hostPort"):
+                port["hostPort"] = port["containerPort"]
 
 
 def merge_containers(runtime: Obj, isvc: Obj) -> Obj:
