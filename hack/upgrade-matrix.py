@@ -4,12 +4,17 @@
 Usage: python3 hack/upgrade-matrix.py          rewrite the table between the doc's markers
        python3 hack/upgrade-matrix.py --check  exit 1 when the doc has drifted from the chart
        python3 hack/upgrade-matrix.py --chart DIR --print   the table of another copy of the chart
+       python3 hack/upgrade-matrix.py --cluster  measure on the real cluster KUBECONFIG names
 Run it where the local cluster's package imports (pip install -e ./local; .tox/chart has it).
 
-For each change, the chart is rendered twice with real helm 4 (before and after), and both renders
-go through the local emulation of KServe's webhooks and controller (multinode_llm_local.kserve,
-read from KServe's source at each tag): the first is installed and reconciled, the second applied
-as an update and reconciled. The table records what a user sees: the InferenceService's
+With --cluster, each change is installed and then upgraded by real helm 4 on a real cluster with
+KServe (multinode-llm-local cluster up), in namespaces of its own, and KServe's own manager
+reconciles it: the doc is generated so. Without it, the chart is rendered twice with real helm 4
+(before and after), and both renders go through the local emulation of KServe's webhooks and
+controller (multinode_llm_local.kserve, read from KServe's source at each tag): the first is
+installed and reconciled, the second applied as an update and reconciled.
+tests/cluster/test_upgrade_matrix.py and test_releases.py hold the two to the same rows on every
+built release. The table records what a user sees: the InferenceService's
 generation (KServe names the headless Services after it), the Services that appear, whether the
 head's and the workers' pod templates change (a Deployment rollout: new pods), the Jobs' names (a
 Job's pod template cannot change, so the chart hashes its spec into the name) and every other
@@ -20,17 +25,20 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docsection  # beside this file: on the path of `python3 hack/NAME.py` and of pytest
 import yaml
@@ -55,6 +63,7 @@ except ImportError as missing:  # the emulation of KServe lives in the local clu
     ) from missing
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ SPREAD = {
     "whenUnsatisfiable": "DoNotSchedule",
     "labelSelector": {"matchLabels": {"serving.kserve.io/inferenceservice": "llm-multinode-llm"}},
 }
+PRIORITY_CLASS = "gpu-high"
 CACHE_URL = "http://cache-multinode-llm-cache.cache.svc.cluster.local:8090"
 CHANGES = [
     Change("image.tag", "`0.1.0` -> `0.1.1`", {}, {"image": {"tag": "0.1.1"}}),
@@ -175,7 +185,12 @@ CHANGES = [
         {},
         {"networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]}},
     ),
-    Change("priorityClassName", "empty -> `gpu-high`", {}, {"priorityClassName": "gpu-high"}),
+    Change(
+        "priorityClassName",
+        f"empty -> `{PRIORITY_CLASS}`",
+        {},
+        {"priorityClassName": PRIORITY_CLASS},
+    ),
     Change("podLabels", "`{}` -> `{team: llm}`", {}, {"podLabels": {"team": "llm"}}),
     Change(
         "podAnnotations",
@@ -363,16 +378,44 @@ def _deep_merge(base: Obj, override: Obj) -> Obj:
     return out
 
 
-def measure(change: Change, chart: Path = CHART) -> Outcome:
-    """Install the first render, reconcile, upgrade to the second, reconcile: what changed."""
-    before_release, after_release = (
-        (kserve.releases.get(v) for v in change.kserve)
-        if change.kserve
-        else (kserve.releases.default(), kserve.releases.default())
+@dataclass(frozen=True)
+class Run:
+    """One change taken on a cluster, emulated or real: what KServe made before and after it."""
+
+    first: list[Obj]  # the objects Helm applied, before and after
+    second: list[Obj]
+    generations: tuple[int, int]
+    head: tuple[kserve.Workload, kserve.Workload]
+    worker: tuple[kserve.Workload, kserve.Workload]
+    services: tuple[list[str], list[str]]  # the Services KServe made, before and after
+    fullname: str  # the InferenceService's name
+
+
+def releases_of(change: Change, release: str | None) -> tuple[str, str]:
+    """The KServe release before and after ``change``: its own pair, else ``release`` twice."""
+    if change.kserve:
+        return change.kserve
+    version = release or kserve.releases.default().version
+    return version, version
+
+
+def values_of(change: Change, release: str | None) -> tuple[Obj, Obj]:
+    """The values of the install and of the upgrade (``release`` pinned in both, if given)."""
+    pinned = {"kserve": {"version": release}} if release and not change.kserve else {}
+    return (
+        merged(BASE, pinned, change.before),
+        merged(BASE, pinned, change.before, change.after),
     )
-    first = render(chart, merged(BASE, change.before))
+
+
+def measure(change: Change, chart: Path = CHART, release: str | None = None) -> Outcome:
+    """Install the first render, reconcile, upgrade to the second, reconcile, on the local
+    emulation of KServe ``release`` (default: the chart's): what changed."""
+    before_release, after_release = (kserve.releases.get(v) for v in releases_of(change, release))
+    before, after = values_of(change, release)
+    first = render(chart, before)
     with chart_copy(chart, change.chart) as upgraded:
-        second = render(upgraded, merged(BASE, change.before, change.after))
+        second = render(upgraded, after)
     cluster = kserve.Cluster(before_release)
     cluster.apply(first, RELEASE, NAMESPACE)
     [old] = cluster.reconcile()
@@ -381,24 +424,335 @@ def measure(change: Change, chart: Path = CHART) -> Outcome:
     cluster.apply(second, RELEASE, NAMESPACE)
     [new] = cluster.reconcile()
     services_after = [s.name for s in cluster.services_of(NAMESPACE, new.isvc_name)]
-    fullname = new.isvc_name
+    run = Run(
+        first=first,
+        second=second,
+        generations=(old.generation, new.generation),
+        head=(old.head, new.head),
+        worker=(old.worker, new.worker),
+        services=(services_before, services_after),
+        fullname=new.isvc_name,
+    )
+    return outcome(change, run)
+
+
+def measure_all(chart: Path = CHART, release: str | None = None, workers: int = 4) -> list[Outcome]:
+    """``measure`` of every change, side by side (most of the time is helm's)."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda change: measure(change, chart, release), CHANGES))
+
+
+def outcome(change: Change, run: Run) -> Outcome:
+    """What ``run`` shows a user: the table's row of ``change``."""
+    before, after = run.services
     return Outcome(
         change=change,
-        generations=(old.generation, new.generation),
-        new_services=[s for s in services_after if s not in services_before],
-        gone_services=[s for s in services_before if s not in services_after],
-        head=template_changes(old.head, new.head),
-        worker=template_changes(old.worker, new.worker),
-        head_deployment=deployment_changes(old.head, new.head),
-        worker_deployment=deployment_changes(old.worker, new.worker),
-        jobs=job_changes(first, second),
-        others=other_changes(first, second, fullname),
+        generations=run.generations,
+        new_services=[s for s in after if s not in before],
+        gone_services=[s for s in before if s not in after],
+        head=template_changes(*run.head),
+        worker=template_changes(*run.worker),
+        head_deployment=deployment_changes(*run.head),
+        worker_deployment=deployment_changes(*run.worker),
+        jobs=job_changes(run.first, run.second),
+        others=other_changes(run.first, run.second, run.fullname),
         metadata_only=sum(
             1
-            for one, two in _pairs(first, second)
+            for one, two in _pairs(run.first, run.second)
             if one is not None and two is not None and _meta_only(one, two)
         ),
     )
+
+
+# The same changes on a real cluster ----------------------------------------------------------
+# Each change is installed and upgraded by real helm 4 in a namespace of its own, and KServe's own
+# manager reconciles it. A ResourceQuota of no pods keeps the group from starting (the rows would
+# otherwise need the GPUs of ~50 groups); each Deployment's pod is then admitted by a server-side
+# dry run in a namespace beside it, so that KServe's pod webhook (the pvc:// mount) and the API
+# server's defaults make it what the Deployment would start.
+
+NO_PODS: Obj = {
+    "apiVersion": "v1",
+    "kind": "ResourceQuota",
+    "metadata": {"name": "upgrade-matrix-no-pods"},
+    "spec": {"hard": {"pods": "0"}},
+}
+RECONCILE_S = 120  # KServe makes a group's Deployments within seconds of the InferenceService
+API_ACCESS = "kube-api-access-"  # the token volume the API server adds, a new name per pod
+# The kinds besides Kubernetes' own that the chart renders in some row, and the CRDs they need.
+NEEDED_CRDS = {
+    "PodMonitor": "podmonitors.monitoring.coreos.com",
+    "ServiceMonitor": "servicemonitors.monitoring.coreos.com",
+    "PrometheusRule": "prometheusrules.monitoring.coreos.com",
+    "HTTPRoute": "httproutes.gateway.networking.k8s.io",
+}
+
+
+class LiveError(Exception):
+    """A step on the real cluster failed: what ran, and what it said."""
+
+
+def until(found: Callable[[], T | None], what: str, timeout: float = RECONCILE_S) -> T:
+    """``found()`` once it is not None, polled against a deadline."""
+    deadline = time.monotonic() + timeout
+    while (result := found()) is None:
+        if time.monotonic() > deadline:
+            raise LiveError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.5)
+    return result
+
+
+@dataclass(frozen=True)
+class Live:
+    """A real cluster with KServe (``KUBECONFIG``)."""
+
+    kubeconfig: str
+    kserve_namespace: str = "kserve"
+
+    def tool(self, name: str, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            [str(TOOLS / name), *args],
+            env={**os.environ, "KUBECONFIG": self.kubeconfig},
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise LiveError(f"{name} {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
+        return proc.stdout
+
+    def get(self, *args: str) -> Obj:
+        found: Obj = json.loads(self.tool("kubectl", "get", *args, "-o", "json"))
+        return found
+
+    def exists(self, *args: str) -> bool:
+        return bool(self.tool("kubectl", "get", *args, "--ignore-not-found", "-o", "name").strip())
+
+    def release(self) -> str:
+        """The KServe release of the cluster's manager: its image's tag, without the v."""
+        manager = self.get("-n", self.kserve_namespace, "deployment/kserve-controller-manager")
+        images = [str(c["image"]) for c in manager["spec"]["template"]["spec"]["containers"]]
+        tag = next(i for i in images if "kserve-controller" in i).rpartition(":")[2]
+        return tag.removeprefix("v")
+
+    def missing_crds(self) -> list[str]:
+        return [crd for crd in sorted(set(NEEDED_CRDS.values())) if not self.exists("crd", crd)]
+
+    def new_namespaces(self, name: str) -> None:
+        """``name``, where no pod may start, and ``name``-admit, where its pods are admitted."""
+        for namespace in (name, admitting(name)):
+            self.tool("kubectl", "create", "namespace", namespace)
+        self.tool("kubectl", "apply", "-n", name, "-f", "-", stdin=json.dumps(NO_PODS))
+
+    def delete_namespaces(self, name: str) -> None:
+        for namespace in (name, admitting(name)):
+            args = ("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+            self.tool("kubectl", *args, check=False)
+
+    def helm_apply(self, verb: str, namespace: str, chart: Path, values: Obj) -> list[Obj]:
+        """``helm install`` or ``upgrade`` (no wait: no pod runs), then what Helm applied, its
+        hooks (the test Pod) included."""
+        with tempfile.TemporaryDirectory(prefix="mnllm-upgrade-") as tmp:
+            given = Path(tmp) / "values.json"
+            given.write_text(json.dumps(values))
+            self.tool("helm4", verb, RELEASE, str(chart), "-n", namespace, "-f", str(given))
+        applied = [
+            self.tool("helm4", "get", part, RELEASE, "-n", namespace)
+            for part in ("manifest", "hooks")
+        ]
+        return [d for text in applied for d in yaml.safe_load_all(text) if d]
+
+    def reconciled(self, namespace: str, applied: list[Obj]) -> Made:
+        """KServe's Deployments, as pods admitted, and its Services, once they are those of the
+        InferenceService's current generation."""
+        [isvc] = [o["metadata"]["name"] for o in applied if o["kind"] == "InferenceService"]
+        made = until(
+            lambda: self._reconciled(namespace, isvc),
+            f"KServe reconciling {namespace}/{isvc} (kubectl -n {namespace} describe isvc {isvc})",
+        )
+        return Made(
+            made.generation,
+            self.admitted(made.head, admitting(namespace)),
+            self.admitted(made.worker, admitting(namespace)),
+            made.services,
+        )
+
+    def _reconciled(self, namespace: str, isvc: str) -> Made | None:
+        generation = self.get("-n", namespace, f"inferenceservice/{isvc}")["metadata"]["generation"]
+        deployments = {
+            d["metadata"]["name"]: d for d in self.get("deployments", "-n", namespace)["items"]
+        }
+        head = deployments.get(f"{isvc}-predictor")
+        worker = deployments.get(f"{isvc}-predictor-worker")
+        if head is None or worker is None:
+            return None
+        workloads = (workload(head, "head"), workload(worker, "worker"))
+        if any(
+            w.labels.get(kserve.controller.GENERATION_LABEL) != str(generation) for w in workloads
+        ):
+            return None
+        services = owned_services(self.get("services", "-n", namespace)["items"], isvc)
+        named = env_of(workloads[1])  # the headless Services KServe 0.16 and later name
+        if any(named[e] not in services for e in ("HEAD_SVC", "WORKER_SVC") if e in named):
+            return None
+        return Made(int(generation), *workloads, services)
+
+    def admitted(self, deployed: kserve.Workload, namespace: str) -> kserve.Workload:
+        """The pod ``deployed`` would start, as the API server admits it in ``namespace`` (a
+        dry run: webhooks and defaults, nothing stored), without its token volume."""
+        until(lambda: self.exists("-n", namespace, "serviceaccount/default") or None,
+              f"the default ServiceAccount of {namespace}")  # fmt: skip
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{deployed.name}-",
+                "labels": deployed.labels,
+                "annotations": deployed.annotations,
+            },
+            "spec": deployed.pod_spec,
+        }
+        args = ("create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-")
+        admitted = json.loads(self.tool("kubectl", *args, stdin=json.dumps(pod)))
+        return dataclasses.replace(
+            deployed,
+            labels=admitted["metadata"].get("labels") or {},
+            annotations=admitted["metadata"].get("annotations") or {},
+            pod_spec=as_compared(admitted["spec"]),
+        )
+
+
+def admitting(namespace: str) -> str:
+    return f"{namespace}-admit"
+
+
+@dataclass(frozen=True)
+class Made:
+    """What KServe made for one InferenceService on the real cluster."""
+
+    generation: int
+    head: kserve.Workload
+    worker: kserve.Workload
+    services: list[str]
+
+
+def workload(deployment: Obj, role: str) -> kserve.Workload:
+    spec = deployment["spec"]
+    template = spec["template"]
+    return kserve.Workload(
+        name=deployment["metadata"]["name"],
+        role=role,
+        replicas=int(spec.get("replicas", 1)),
+        labels=template["metadata"].get("labels") or {},
+        annotations=template["metadata"].get("annotations") or {},
+        pod_spec=template["spec"],
+        strategy=spec.get("strategy") or {},
+    )
+
+
+def as_compared(spec: Obj) -> Obj:
+    """An admitted pod's ``spec`` without what the API server derives per cluster or per pod:
+    the service-account token volume (a new name each time) and its mounts, and ``priority`` (the
+    Priority admission plugin's number for ``priorityClassName``, which the table shows)."""
+
+    def kept(items: list[Obj]) -> list[Obj]:
+        return [i for i in items if not str(i.get("name", "")).startswith(API_ACCESS)]
+
+    containers = [
+        {**c, "volumeMounts": kept(c.get("volumeMounts") or [])} for c in spec["containers"]
+    ]
+    compared = {k: v for k, v in spec.items() if k != "priority"}
+    return {**compared, "volumes": kept(spec.get("volumes") or []), "containers": containers}
+
+
+def env_of(w: kserve.Workload) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in w.container.get("env") or []}
+
+
+def owned_services(services: list[Obj], isvc: str) -> list[str]:
+    """The Services the InferenceService ``isvc`` owns (KServe made them), oldest first."""
+    owned = [
+        s
+        for s in services
+        if any(
+            o["kind"] == "InferenceService" and o["name"] == isvc
+            for o in s["metadata"].get("ownerReferences") or []
+        )
+    ]
+    owned.sort(key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
+    return [s["metadata"]["name"] for s in owned]
+
+
+def measure_live(change: Change, live: Live, namespace: str, chart: Path = CHART) -> Outcome:
+    """``change`` installed and upgraded by real helm 4 on the real cluster ``live``, in the new
+    namespace ``namespace``, and reconciled by its KServe manager: what changed."""
+    if change.kserve:
+        raise LiveError(f"{change.value}: a real cluster runs one KServe release")
+    before, after = values_of(change, live.release())
+    live.new_namespaces(namespace)
+    first = live.helm_apply("install", namespace, chart, before)
+    old = live.reconciled(namespace, first)
+    with chart_copy(chart, change.chart) as upgraded:
+        second = live.helm_apply("upgrade", namespace, upgraded, after)
+    new = live.reconciled(namespace, second)
+    [isvc] = [o["metadata"]["name"] for o in second if o["kind"] == "InferenceService"]
+    run = Run(
+        first=first,
+        second=second,
+        generations=(old.generation, new.generation),
+        head=(old.head, new.head),
+        worker=(old.worker, new.worker),
+        services=(old.services, new.services),
+        fullname=isvc,
+    )
+    return outcome(change, run)
+
+
+def measure_all_live(live: Live, chart: Path = CHART, workers: int = 8) -> list[Outcome]:
+    """Every change a real cluster can take, side by side (each in namespaces of its own, deleted
+    after); the KServe-upgrade rows from the emulation. Needs the CRDs of NEEDED_CRDS."""
+    missing = live.missing_crds()
+    if missing:
+        raise LiveError(
+            f"the cluster lacks the CRDs {', '.join(missing)}, which some rows install: apply the"
+            " Prometheus Operator's (example/prometheus-operator-crd) and the Gateway API's"
+            " standard channel, as tests/cluster/test_upgrade_matrix.py does"
+        )
+    names = [f"upgrade-matrix-{os.getpid()}-{i}" for i in range(len(CHANGES))]
+    with priority_class(live), ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            runs = [
+                pool.submit(measure, c, chart)
+                if c.kserve
+                else pool.submit(measure_live, c, live, name, chart)
+                for c, name in zip(CHANGES, names, strict=True)
+            ]
+            return [r.result() for r in runs]
+        finally:
+            for name in names:
+                live.delete_namespaces(name)
+
+
+@contextmanager
+def priority_class(live: Live) -> Iterator[None]:
+    """The PriorityClass the priorityClassName row names (the API server admits no pod naming
+    a class that does not exist), made for the run where the cluster lacks it."""
+    if live.exists(f"priorityclass/{PRIORITY_CLASS}"):
+        yield
+        return
+    made = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PRIORITY_CLASS},
+        "value": 1000,
+    }
+    live.tool("kubectl", "create", "-f", "-", stdin=json.dumps(made))
+    try:
+        yield
+    finally:
+        live.tool("kubectl", "delete", f"priorityclass/{PRIORITY_CLASS}", check=False)
 
 
 def template_changes(old: kserve.Workload, new: kserve.Workload) -> list[str]:
@@ -413,7 +767,17 @@ def template_changes(old: kserve.Workload, new: kserve.Workload) -> list[str]:
             found += [f"volume {n}" for n in _changed_keys(_by_name(one[key]), _by_name(two[key]))]
         else:
             found.append(key)
-    return found
+    return sorted(found, key=_word_order)
+
+
+# The order of a pod's changes in the table, so that neither the API server's field order nor the
+# chart's decides it.
+WORD_ORDER = ("label", "annotation", "image", "args", "env", "resources", "volumeMounts", "volume")
+
+
+def _word_order(word: str) -> tuple[int, str]:
+    kind = word.partition(" ")[0]
+    return (WORD_ORDER.index(kind) if kind in WORD_ORDER else len(WORD_ORDER)), word
 
 
 def _container_changes(old: list[Obj], new: list[Obj]) -> list[str]:
@@ -525,6 +889,15 @@ def _by_name(items: list[Obj]) -> dict[str, Obj]:
     return {str(i.get("name")): i for i in items}
 
 
+def disagreements(real: list[Outcome], emulated: list[Outcome]) -> list[str]:
+    """Each row where a real run and the emulation differ, both rows in the table's words."""
+    return [
+        f"real:      {table([one]).splitlines()[-1]}\nemulation: {table([two]).splitlines()[-1]}"
+        for one, two in zip(real, emulated, strict=True)
+        if one != two
+    ]
+
+
 def table(outcomes: list[Outcome]) -> str:
     default = kserve.releases.default().version
     lines = [
@@ -533,8 +906,13 @@ def table(outcomes: list[Outcome]) -> str:
         f"`{NAMESPACE}`, every change from `model.uri: {BASE['model']['uri']}` (the pvc row from a "
         "`pvc://` model). A pod",
         "template that changes is a Deployment rollout, new pods; in parentheses, what changed in",
-        "it. Generated by `python3 hack/upgrade-matrix.py` from real helm 4 renders put through",
-        "the local emulation of KServe's webhooks and controller.",
+        "it. Generated from real runs by `hack/upgrade-matrix.py --cluster`: real helm 4 installs",
+        f"and upgrades each change on the real control plane, where KServe {default}'s own manager",
+        "reconciles it; no pod starts (the namespace's quota allows none), and a pod is what the",
+        "API server admits from the Deployment in a server-side dry run. The `kserve.version` row",
+        "comes from the local emulation of KServe's webhooks and controller, as a cluster runs",
+        "one release; `hack/upgrade-matrix.py --check` derives the whole table from that",
+        "emulation, which must agree.",
         "",
         "| value | change | ISVC generation | new headless Services | head pod | worker pods | "
         "Jobs | other objects |",
@@ -637,16 +1015,40 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the doc has drifted")
     parser.add_argument("--chart", type=Path, default=CHART, help="the chart to render")
     parser.add_argument("--print", action="store_true", help="print the table, write nothing")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="measure on the real cluster KUBECONFIG names (its KServe manager), not the emulation",
+    )
     args = parser.parse_args()
     if not helm().exists():
         raise SystemExit(f"{helm()} missing: run `bash hack/install-tools.sh`")
-    outcomes = [measure(c, args.chart) for c in CHANGES]
+    try:
+        outcomes = measured(args.cluster, args.chart, args.print)
+    except LiveError as failed:
+        raise SystemExit(str(failed)) from failed
     generated = f"{table(outcomes)}\n\n{summary(outcomes)}"
     if args.print:
         print(generated)
         return 0
     new = docsection.replaced(DOC.read_text(), START, END, generated, DOC)
     return docsection.write_or_check(DOC, new, args.check, "hack/upgrade-matrix.py")
+
+
+def measured(on_cluster: bool, chart: Path, printing: bool) -> list[Outcome]:
+    """Every row, from the emulation or from the real cluster KUBECONFIG names."""
+    if not on_cluster:
+        return measure_all(chart)
+    if "KUBECONFIG" not in os.environ:
+        raise LiveError("--cluster needs KUBECONFIG (multinode-llm-local cluster up prints it)")
+    live = Live(os.environ["KUBECONFIG"])
+    default = kserve.releases.default().version
+    if live.release() != default and not printing:
+        raise LiveError(
+            f"the cluster runs KServe {live.release()}, and docs/upgrades.md is of {default}, the"
+            " chart's default: use --print, or a cluster of that release"
+        )
+    return measure_all_live(live, chart)
 
 
 if __name__ == "__main__":
