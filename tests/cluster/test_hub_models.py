@@ -9,6 +9,7 @@ One real cluster and one release serve every test of this module, in order.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from multinode_llm_testing.fake_hub import FakeHub
 from realcluster import (
     Clusters,
     Installed,
+    Obj,
     RealCluster,
     install,
+    record,
     serving_lock,
     start_fake_hub,
     with_namespace,
@@ -92,6 +95,39 @@ def test_a_new_storage_class_for_the_claim_is_refused(group: Installed) -> None:
     group.sets = group.sets[:-1]
     assert result.returncode != 0
     assert "a claim's class cannot change" in result.stderr, result.stderr
+
+
+def download_jobs(group: Installed) -> dict[str, Obj]:
+    jobs = group.cluster.items(
+        "jobs", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=model-download"
+    )
+    return {j["metadata"]["name"]: j for j in jobs if not j["metadata"].get("deletionTimestamp")}
+
+
+def test_an_upgrade_that_only_makes_a_new_download_job_waits_for_it_and_rolls_no_pod(
+    group: Installed, hub: FakeHub
+) -> None:
+    """docs/upgrades.md's third class (a new Job, no pod of the group): ``helm upgrade --wait
+    --wait-for-jobs`` of ``download.resources`` returns within its timeout once the new download
+    Job has completed; the Job finds every file on the claim and downloads nothing."""
+    pods = {p["metadata"]["uid"] for role in ("head", "worker") for p in group.pods(role)}
+    isvc = group.cluster.get("-n", NAMESPACE, f"inferenceservice/{group.isvc}")
+    before, sent = set(download_jobs(group)), blob_bytes(hub)
+    started = time.monotonic()
+    group.upgrade("download.resources.limits.memory=8Gi")
+    record(
+        f"KServe {group.cluster.kserve}",
+        "helm4 upgrade download.resources",
+        time.monotonic() - started,
+    )
+    jobs = download_jobs(group)
+    [new] = set(jobs) - before
+    assert jobs[new]["status"].get("succeeded") == 1
+    assert {p["metadata"]["uid"] for role in ("head", "worker") for p in group.pods(role)} == pods
+    again = group.cluster.get("-n", NAMESPACE, f"inferenceservice/{group.isvc}")
+    assert again["metadata"]["generation"] == isvc["metadata"]["generation"]
+    assert blob_bytes(hub) == sent, "the new download Job downloaded again"
+    assert group.serves()
 
 
 def test_uninstall_keeps_the_claim_and_a_reinstall_serves_from_it_downloading_nothing(
