@@ -66,6 +66,10 @@ Obj = dict[str, Any]
 T = TypeVar("T")
 
 
+class RefusedError(Exception):
+    """The chart refused a change's values (helm template failed): what helm said."""
+
+
 @dataclass(frozen=True)
 class Change:
     """One value a user changes in `helm upgrade`: ``before`` and ``after`` over ``BASE``."""
@@ -357,7 +361,7 @@ def render(chart: Path, values: Obj) -> list[Obj]:
             check=False,
         )
     if proc.returncode != 0:
-        raise SystemExit(f"helm template failed for {values}:\n{proc.stderr}")
+        raise RefusedError(f"helm template failed for {values}:\n{proc.stderr}")
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
@@ -436,10 +440,26 @@ def measure(change: Change, chart: Path = CHART, release: str | None = None) -> 
     return outcome(change, run)
 
 
-def measure_all(chart: Path = CHART, release: str | None = None, workers: int = 4) -> list[Outcome]:
-    """``measure`` of every change, side by side (most of the time is helm's)."""
+def measure_all(
+    chart: Path = CHART,
+    release: str | None = None,
+    changes: list[Change] = CHANGES,
+    workers: int = 4,
+) -> list[Outcome]:
+    """``measure`` of each of ``changes``, side by side (most of the time is helm's)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda change: measure(change, chart, release), CHANGES))
+        return list(pool.map(lambda change: measure(change, chart, release), changes))
+
+
+def accepted(change: Change, release: str, chart: Path = CHART) -> bool:
+    """Whether the chart takes both values of ``change`` on KServe ``release`` (it refuses
+    group.executor=mp before 0.18.0, for one)."""
+    try:
+        for values in values_of(change, release):
+            render(chart, values)
+    except RefusedError:
+        return False
+    return True
 
 
 def outcome(change: Change, run: Run) -> Outcome:
@@ -710,7 +730,9 @@ def measure_live(change: Change, live: Live, namespace: str, chart: Path = CHART
     return outcome(change, run)
 
 
-def measure_all_live(live: Live, chart: Path = CHART, workers: int = 8) -> list[Outcome]:
+def measure_all_live(
+    live: Live, chart: Path = CHART, changes: list[Change] = CHANGES, workers: int = 8
+) -> list[Outcome]:
     """Every change a real cluster can take, side by side (each in namespaces of its own, deleted
     after); the KServe-upgrade rows from the emulation. Needs the CRDs of NEEDED_CRDS."""
     missing = live.missing_crds()
@@ -720,14 +742,18 @@ def measure_all_live(live: Live, chart: Path = CHART, workers: int = 8) -> list[
             " Prometheus Operator's (example/prometheus-operator-crd) and the Gateway API's"
             " standard channel, as tests/cluster/test_upgrade_matrix.py does"
         )
-    names = [f"upgrade-matrix-{os.getpid()}-{i}" for i in range(len(CHANGES))]
+    names = [f"upgrade-matrix-{os.getpid()}-{i}" for i in range(len(changes))]
+    if kserve.releases.get(live.release()).controller.head_service_cleanup:
+        # cleanHeadSvc keeps the 3 newest head Services of the whole cluster, every namespace:
+        # rows side by side would delete each other's, so they take their turns.
+        workers = 1
     with priority_class(live), ThreadPoolExecutor(max_workers=workers) as pool:
         try:
             runs = [
                 pool.submit(measure, c, chart)
                 if c.kserve
                 else pool.submit(measure_live, c, live, name, chart)
-                for c, name in zip(CHANGES, names, strict=True)
+                for c, name in zip(changes, names, strict=True)
             ]
             return [r.result() for r in runs]
         finally:
@@ -1025,7 +1051,7 @@ def main() -> int:
         raise SystemExit(f"{helm()} missing: run `bash hack/install-tools.sh`")
     try:
         outcomes = measured(args.cluster, args.chart, args.print)
-    except LiveError as failed:
+    except (LiveError, RefusedError) as failed:
         raise SystemExit(str(failed)) from failed
     generated = f"{table(outcomes)}\n\n{summary(outcomes)}"
     if args.print:

@@ -1,6 +1,7 @@
 """Every other KServe release built here (``local/go/kserve-v*``): the README's install on it
-serves a PP=2 group, real KServe made what the emulation of that release says, and a release the
-chart refuses does what the refusal says it would.
+serves a PP=2 group, real KServe made what the emulation of that release says (for the install and
+for every change of docs/upgrades.md's matrix), and a release the chart refuses does what the
+refusal says it would.
 
 A release whose module the Go proxy does not serve is listed in ``local/go/unserved.yaml``: its
 test skips with the proxy's answer (the emulation still covers it in ``tox -e unit`` and ``chart``).
@@ -20,6 +21,7 @@ from multinode_llm_local import kserve
 from multinode_llm_local.controlplane import kserve as real_kserve
 from multinode_llm_local.kserve import releases
 from multinode_llm_testing import serving_checks as checks
+from multinode_llm_testing.chartlib import hack_script
 from realcluster import (
     CHART,
     LOCAL_VALUES,
@@ -120,6 +122,27 @@ def _a_second_release_waits_for_gpus(
         conditions = {c["type"]: c["status"] for c in isvc["status"]["conditions"]}
         assert conditions["Ready"] == "True", conditions
     cluster.helm("uninstall", "second", "--namespace", NAMESPACE, "--wait")
+
+
+def test_every_upgrade_row_is_what_this_release_emulated_does(cluster: RealCluster) -> None:
+    """docs/upgrades.md's changes on this release (its kserve.version set): real helm 4 and this
+    release's own manager make what its emulation makes, row by row
+    (tests/cluster/test_upgrade_matrix.py says how; it runs the default release)."""
+    release = releases.get(cluster.kserve)
+    if release.status != "supported":
+        pytest.skip(f"the chart refuses KServe {cluster.kserve} ({release.status})")
+    matrix = hack_script("upgrade-matrix")
+    # The rows the chart refuses on this release (group.executor=mp before 0.18.0) have none.
+    changes = [c for c in matrix.CHANGES if matrix.accepted(c, cluster.kserve)]
+    cluster.install_prometheus_operator_crds()
+    cluster.install_gateway_api()
+    try:
+        real = matrix.measure_all_live(matrix.Live(cluster.kubeconfig), changes=changes)
+    finally:
+        cluster.uninstall_gateway_api()
+        cluster.uninstall_prometheus_operator_crds()
+    emulated = matrix.measure_all(release=cluster.kserve, changes=changes)
+    assert matrix.disagreements(real, emulated) == []
 
 
 def test_a_refused_release_does_what_the_refusal_says(cluster: RealCluster) -> None:
