@@ -743,10 +743,6 @@ def measure_all_live(
             " standard channel, as tests/cluster/test_upgrade_matrix.py does"
         )
     names = [f"upgrade-matrix-{os.getpid()}-{i}" for i in range(len(changes))]
-    if kserve.releases.get(live.release()).controller.head_service_cleanup:
-        # cleanHeadSvc keeps the 3 newest head Services of the whole cluster, every namespace:
-        # rows side by side would delete each other's, so they take their turns.
-        workers = 1
     with priority_class(live), ThreadPoolExecutor(max_workers=workers) as pool:
         try:
             runs = [
