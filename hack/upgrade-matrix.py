@@ -383,15 +383,24 @@ def _deep_merge(base: Obj, override: Obj) -> Obj:
 
 
 @dataclass(frozen=True)
+class Made:
+    """What KServe made for one InferenceService, emulated or real: its generation, the head's and
+    the workers' pods, the names of its Services."""
+
+    generation: int
+    head: kserve.Workload
+    worker: kserve.Workload
+    services: list[str]
+
+
+@dataclass(frozen=True)
 class Run:
     """One change taken on a cluster, emulated or real: what KServe made before and after it."""
 
     first: list[Obj]  # the objects Helm applied, before and after
     second: list[Obj]
-    generations: tuple[int, int]
-    head: tuple[kserve.Workload, kserve.Workload]
-    worker: tuple[kserve.Workload, kserve.Workload]
-    services: tuple[list[str], list[str]]  # the Services KServe made, before and after
+    before: Made
+    after: Made
     fullname: str  # the InferenceService's name
 
 
@@ -422,22 +431,19 @@ def measure(change: Change, chart: Path = CHART, release: str | None = None) -> 
         second = render(upgraded, after)
     cluster = kserve.Cluster(before_release)
     cluster.apply(first, RELEASE, NAMESPACE)
-    [old] = cluster.reconcile()
-    services_before = [s.name for s in cluster.services_of(NAMESPACE, old.isvc_name)]
+    old = emulated(cluster)
     cluster.upgrade_kserve(after_release)
     cluster.apply(second, RELEASE, NAMESPACE)
-    [new] = cluster.reconcile()
-    services_after = [s.name for s in cluster.services_of(NAMESPACE, new.isvc_name)]
-    run = Run(
-        first=first,
-        second=second,
-        generations=(old.generation, new.generation),
-        head=(old.head, new.head),
-        worker=(old.worker, new.worker),
-        services=(services_before, services_after),
-        fullname=new.isvc_name,
-    )
-    return outcome(change, run)
+    new = emulated(cluster)
+    [isvc] = [o["metadata"]["name"] for o in second if o["kind"] == "InferenceService"]
+    return outcome(change, Run(first, second, old, new, isvc))
+
+
+def emulated(cluster: kserve.Cluster) -> Made:
+    """What the emulation's reconcile makes of the one InferenceService ``cluster`` holds."""
+    [made] = cluster.reconcile()
+    services = [s.name for s in cluster.services_of(NAMESPACE, made.isvc_name)]
+    return Made(made.generation, made.head, made.worker, services)
 
 
 def measure_all(
@@ -464,16 +470,16 @@ def accepted(change: Change, release: str, chart: Path = CHART) -> bool:
 
 def outcome(change: Change, run: Run) -> Outcome:
     """What ``run`` shows a user: the table's row of ``change``."""
-    before, after = run.services
+    one, two = run.before, run.after
     return Outcome(
         change=change,
-        generations=run.generations,
-        new_services=[s for s in after if s not in before],
-        gone_services=[s for s in before if s not in after],
-        head=template_changes(*run.head),
-        worker=template_changes(*run.worker),
-        head_deployment=deployment_changes(*run.head),
-        worker_deployment=deployment_changes(*run.worker),
+        generations=(one.generation, two.generation),
+        new_services=[s for s in two.services if s not in one.services],
+        gone_services=[s for s in one.services if s not in two.services],
+        head=template_changes(one.head, two.head),
+        worker=template_changes(one.worker, two.worker),
+        head_deployment=deployment_changes(one.head, two.head),
+        worker_deployment=deployment_changes(one.worker, two.worker),
         jobs=job_changes(run.first, run.second),
         others=other_changes(run.first, run.second, run.fullname),
         metadata_only=sum(
@@ -648,16 +654,6 @@ def admitting(namespace: str) -> str:
     return f"{namespace}-admit"
 
 
-@dataclass(frozen=True)
-class Made:
-    """What KServe made for one InferenceService on the real cluster."""
-
-    generation: int
-    head: kserve.Workload
-    worker: kserve.Workload
-    services: list[str]
-
-
 def workload(deployment: Obj, role: str) -> kserve.Workload:
     spec = deployment["spec"]
     template = spec["template"]
@@ -718,16 +714,7 @@ def measure_live(change: Change, live: Live, namespace: str, chart: Path = CHART
         second = live.helm_apply("upgrade", namespace, upgraded, after)
     new = live.reconciled(namespace, second)
     [isvc] = [o["metadata"]["name"] for o in second if o["kind"] == "InferenceService"]
-    run = Run(
-        first=first,
-        second=second,
-        generations=(old.generation, new.generation),
-        head=(old.head, new.head),
-        worker=(old.worker, new.worker),
-        services=(old.services, new.services),
-        fullname=isvc,
-    )
-    return outcome(change, run)
+    return outcome(change, Run(first, second, old, new, isvc))
 
 
 def measure_all_live(
