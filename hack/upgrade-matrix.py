@@ -620,7 +620,9 @@ class Live:
         ):
             return None
         services = owned_services(self.get("services", "-n", namespace)["items"], isvc)
-        named = env_of(workloads[1])  # the headless Services KServe 0.16 and later name
+        # The worker's HEAD_SVC and WORKER_SVC name the headless Services of this generation
+        # (components/predictor.go, constants.GetHeadServiceName; v0.16.0 to v0.20.0).
+        named = env_of(workloads[1])
         if any(named[e] not in services for e in ("HEAD_SVC", "WORKER_SVC") if e in named):
             return None
         return Made(int(generation), *workloads, services)

@@ -145,7 +145,8 @@ def test_every_upgrade_row_is_what_this_release_emulated_does(cluster: RealClust
         cluster.uninstall_prometheus_operator_crds()
     emulated = matrix.measure_all(release=cluster.kserve, changes=changes)
     if release.controller.head_service_cleanup:
-        # cleanHeadSvc (0.15.x, 0.16.0) keeps the 3 newest head Services of the whole cluster:
+        # cleanHeadSvc keeps the 3 newest head Services of the whole cluster (reconcilers/service/
+        # service_reconciler.go at v0.15.0, v0.15.2 and v0.16.0):
         # which of a row's survive depends on every other row's, not on the row.
         real, emulated = ([without_services(o) for o in outcomes] for outcomes in (real, emulated))
     assert matrix.disagreements(real, emulated) == []
