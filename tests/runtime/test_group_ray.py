@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from multinode_llm_testing.waits import wait_until
@@ -74,6 +76,9 @@ def test_waiting_head_answers_probes_and_stops_cleanly(cluster: Cluster) -> None
     assert "1/2 nodes, 1/2 GPUs; waiting for 1 worker" in head.log()
     metrics = head.get("/metrics")[1]
     assert 'multinode_llm_group_nodes{role="head"} 1' in metrics
+    # The supervisor's driver has been connected for the probes' seconds: Ray started no idle
+    # workers for it (they would take CPU from vLLM's start and stay; group/ray_node.py).
+    assert _ray_workers(head.host.namespace) == []
     assert head.stop(timeout=60) == 0
     assert _pids(head.host.namespace) == []  # Ray went with the supervisor
 
@@ -112,6 +117,18 @@ def _pids(namespace: str) -> list[str]:
     return subprocess.run(
         ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
     ).stdout.split()
+
+
+def _ray_workers(namespace: str) -> list[list[str]]:
+    """The argv of Ray's Python workers in the namespace (``ray::IDLE`` once started)."""
+    workers = []
+    for pid in _pids(namespace):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            starting = len(argv) > 1 and argv[1].endswith("/ray/_private/workers/setup_worker.py")
+            if argv[0] == "ray::IDLE" or starting:
+                workers.append(argv)
+    return workers
 
 
 def test_worker_exits_when_the_head_restarts_faster_than_its_grace(

@@ -19,6 +19,12 @@ STOP_GRACE_S = 10.0  # Ray drains a node in about a second while its GCS answers
 # A failed group has nothing to drain: Ray's shutdown takes 2-3 s more after its drain, which the
 # restart would wait for; its processes go with the SIGKILL of its process group instead.
 FAILED_STOP_GRACE_S = 1.0
+# The raylet starts one idle Python worker per CPU for the first driver that connects, for that
+# driver's job only. On the head the first driver is the supervisor's own view of the cluster
+# (group/cluster.py), which runs no tasks, and vLLM's actors ask for their own runtime env, so the
+# workers could serve no one: they would import Ray on the cores vLLM is starting on, then idle
+# for good (2 here, 0.85 CPU s; one per CPU on a GPU node). A user's own value wins.
+NO_PRESTART = {"RAY_prestart_worker_first_driver": "0"}
 
 
 def ray_executable() -> str:
@@ -68,4 +74,4 @@ def start_command(
 async def start(node: Node, head_address: str | None, env: Mapping[str, str]) -> Child:
     node.ray_temp_dir.mkdir(parents=True, exist_ok=True)
     command = start_command(node, head_address, Accelerator.from_env(env))
-    return await Child.start("ray", command, env)
+    return await Child.start("ray", command, {**NO_PRESTART, **env})
