@@ -849,7 +849,7 @@ def _startup_figures(
         ),
         Figure(
             benchmark="startup",
-            name=f"{label}: engine answers -> head pod Ready (kubelet, probe period 2 s)",
+            name=f"{label}: engine answers -> head pod Ready (kubelet, startup probe every 1 s)",
             unit="s",
             value=median(
                 lambda t: t["head pod Ready (kubelet)"] - t["engine answers (bench poll)"]
