@@ -215,7 +215,13 @@ def kserve_releases() -> list[str]:
 
 @pytest.fixture(scope="module", params=kserve_releases())
 def cluster(request: pytest.FixtureRequest, clusters: Clusters) -> Iterator[RealCluster]:
-    running = clusters.get(str(request.param))
+    release = releases.get(str(request.param))
+    if release.status != "supported":  # named in ARGOCD_KSERVE_RELEASES: no sync can succeed
+        pytest.skip(
+            f"the chart refuses KServe {release.version} ({release.status}): no sync renders; "
+            "test_releases.py checks the refusal"
+        )
+    running = clusters.get(release.version)
     running.kubectl("create", "namespace", NAMESPACE)
     print(real.argo_cd(PREFIX))
     yield running
