@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from multinode_llm_testing.pod_processes import processes_in
 from multinode_llm_testing.waits import wait_until
 from runtime_harness import HEAD_SVC, Cluster
 
 pytestmark = pytest.mark.timeout(300)
+
+# A Ray worker's command: renamed ``ray::IDLE`` once started, Ray's setup_worker.py before (only
+# as argv[1]: the raylet's own command line names that script as an argument).
+RAY_WORKER = re.compile(r"\[[^]]*\] (ray::IDLE|\S+ \S*/ray/_private/workers/setup_worker\.py )")
 
 # A group of three whose third pod never comes: the head waits and never starts vLLM.
 WAITING_GROUP = {
@@ -119,16 +123,9 @@ def _pids(namespace: str) -> list[str]:
     ).stdout.split()
 
 
-def _ray_workers(namespace: str) -> list[list[str]]:
-    """The argv of Ray's Python workers in the namespace (``ray::IDLE`` once started)."""
-    workers = []
-    for pid in _pids(namespace):
-        with contextlib.suppress(OSError):  # gone meanwhile
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-            starting = len(argv) > 1 and argv[1].endswith("/ray/_private/workers/setup_worker.py")
-            if argv[0] == "ray::IDLE" or starting:
-                workers.append(argv)
-    return workers
+def _ray_workers(namespace: str) -> list[str]:
+    """Ray's Python workers in the namespace, by their commands (``processes_in``)."""
+    return [c for c in processes_in(namespace).values() if RAY_WORKER.match(c)]
 
 
 def test_worker_exits_when_the_head_restarts_faster_than_its_grace(
