@@ -401,7 +401,16 @@ class Run:
     second: list[Obj]
     before: Made
     after: Made
-    fullname: str  # the InferenceService's name
+
+    @property
+    def fullname(self) -> str:
+        return isvc_name(self.second)
+
+
+def isvc_name(applied: list[Obj]) -> str:
+    """The name of the one InferenceService among the objects Helm applied."""
+    [name] = [o["metadata"]["name"] for o in applied if o["kind"] == "InferenceService"]
+    return str(name)
 
 
 def releases_of(change: Change, release: str | None) -> tuple[str, str]:
@@ -435,8 +444,7 @@ def measure(change: Change, chart: Path = CHART, release: str | None = None) -> 
     cluster.upgrade_kserve(after_release)
     cluster.apply(second, RELEASE, NAMESPACE)
     new = emulated(cluster)
-    [isvc] = [o["metadata"]["name"] for o in second if o["kind"] == "InferenceService"]
-    return outcome(change, Run(first, second, old, new, isvc))
+    return outcome(change, Run(first, second, old, new))
 
 
 def emulated(cluster: kserve.Cluster) -> Made:
@@ -593,7 +601,7 @@ class Live:
     def reconciled(self, namespace: str, applied: list[Obj]) -> Made:
         """KServe's Deployments, as pods admitted, and its Services, once they are those of the
         InferenceService's current generation."""
-        [isvc] = [o["metadata"]["name"] for o in applied if o["kind"] == "InferenceService"]
+        isvc = isvc_name(applied)
         made = until(
             lambda: self._reconciled(namespace, isvc),
             f"KServe reconciling {namespace}/{isvc} (kubectl -n {namespace} describe isvc {isvc})",
@@ -715,8 +723,7 @@ def measure_live(change: Change, live: Live, namespace: str, chart: Path = CHART
     with chart_copy(chart, change.chart) as upgraded:
         second = live.helm_apply("upgrade", namespace, upgraded, after)
     new = live.reconciled(namespace, second)
-    [isvc] = [o["metadata"]["name"] for o in second if o["kind"] == "InferenceService"]
-    return outcome(change, Run(first, second, old, new, isvc))
+    return outcome(change, Run(first, second, old, new))
 
 
 def measure_all_live(
