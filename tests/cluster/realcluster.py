@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm_local import cluster as local_cluster
@@ -508,6 +509,15 @@ def start_fake_hub(cluster: RealCluster, model: Path, repo: str) -> FakeHub:
 def serving_lock() -> Iterator[None]:
     with vllm_lock():
         yield
+
+
+def supported_or_skip(version: str, why: str) -> releases.Release:
+    """KServe ``version``'s entry in the chart's table; the test skips, saying ``why`` it cannot
+    go on, where the chart refuses that release (test_releases.py checks the refusal itself)."""
+    release = releases.get(version)
+    if release.status != "supported":
+        pytest.skip(f"the chart refuses KServe {version} ({release.status}): {why}")
+    return release
 
 
 def wait_for(condition_: Any, timeout: float, what: str) -> float:

@@ -49,6 +49,7 @@ from realcluster import (
     record,
     serving_lock,
     start_fake_hub,
+    supported_or_skip,
     wait_for,
 )
 
@@ -215,12 +216,8 @@ def kserve_releases() -> list[str]:
 
 @pytest.fixture(scope="module", params=kserve_releases())
 def cluster(request: pytest.FixtureRequest, clusters: Clusters) -> Iterator[RealCluster]:
-    release = releases.get(str(request.param))
-    if release.status != "supported":  # named in ARGOCD_KSERVE_RELEASES: no sync can succeed
-        pytest.skip(
-            f"the chart refuses KServe {release.version} ({release.status}): no sync renders; "
-            "test_releases.py checks the refusal"
-        )
+    # A refused release named in ARGOCD_KSERVE_RELEASES is skipped before a cluster starts.
+    release = supported_or_skip(str(request.param), "no sync renders")
     running = clusters.get(release.version)
     running.kubectl("create", "namespace", NAMESPACE)
     print(real.argo_cd(PREFIX))

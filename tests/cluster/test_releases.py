@@ -35,6 +35,7 @@ from realcluster import (
     install,
     render_pending,
     serving_lock,
+    supported_or_skip,
     wait_for,
 )
 
@@ -71,9 +72,7 @@ def cluster(
 def test_the_readme_install_serves_a_pp2_group_and_matches_the_emulation(
     cluster: RealCluster,
 ) -> None:
-    release = releases.get(cluster.kserve)
-    if release.status != "supported":
-        pytest.skip(f"the chart refuses KServe {cluster.kserve} ({release.status}): next test")
+    release = supported_or_skip(cluster.kserve, "the next test checks the refusal")
     with serving_lock():
         group = install(cluster, "rel", NAMESPACE)
         checks.check_models(group)
@@ -130,9 +129,7 @@ def test_every_upgrade_row_is_what_this_release_emulated_does(cluster: RealClust
     """docs/upgrades.md's changes on this release (its kserve.version set): real helm 4 and this
     release's own manager make what its emulation makes, row by row
     (tests/cluster/test_upgrade_matrix.py says how; it runs the default release)."""
-    release = releases.get(cluster.kserve)
-    if release.status != "supported":
-        pytest.skip(f"the chart refuses KServe {cluster.kserve} ({release.status})")
+    release = supported_or_skip(cluster.kserve, "no row installs")
     matrix = hack_script("upgrade-matrix")
     # The rows the chart refuses on this release (group.executor=mp before 0.18.0) have none.
     changes = [c for c in matrix.CHANGES if matrix.accepted(c, cluster.kserve)]
