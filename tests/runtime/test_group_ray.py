@@ -84,7 +84,7 @@ def test_waiting_head_answers_probes_and_stops_cleanly(cluster: Cluster) -> None
     # workers for it (they would take CPU from vLLM's start and stay; group/ray_node.py).
     assert _ray_workers(head.host.namespace) == []
     assert head.stop(timeout=60) == 0
-    assert _pids(head.host.namespace) == []  # Ray went with the supervisor
+    assert processes_in(head.host.namespace) == {}  # Ray went with the supervisor
 
 
 def test_worker_joins_and_exits_when_the_head_is_killed(cluster: Cluster, timing: list) -> None:
@@ -114,13 +114,7 @@ def test_worker_joins_and_exits_when_the_head_is_killed(cluster: Cluster, timing
     # of Ray's raylet waiting for a GCS that will not come back.
     assert exited < 5.0
     assert "lost the head: its Ray GCS at 10.231.0.2:6379 refuses connections" in worker.log()
-    assert _pids(worker.host.namespace) == []
-
-
-def _pids(namespace: str) -> list[str]:
-    return subprocess.run(
-        ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
-    ).stdout.split()
+    assert processes_in(worker.host.namespace) == {}
 
 
 def _ray_workers(namespace: str) -> list[str]:
@@ -147,10 +141,11 @@ def test_head_exits_when_its_ray_dies(cluster: Cluster, timing: list) -> None:
         "head", "head", {**WAITING_GROUP, "RAY_NODE_COUNT": "2"}, "--no-early-engine-start"
     )
     wait_until(lambda: _facts(head).get("nodes") == 1, 120, "the Ray head to register itself")
-    gcs = [pid for pid in _pids(head.host.namespace) if "gcs_server" in _cmdline(pid)]
+    processes = processes_in(head.host.namespace)
+    gcs = [pid for pid, command in processes.items() if "gcs_server" in command]
     assert len(gcs) == 1
     killed = time.monotonic()
-    os.kill(int(gcs[0]), signal.SIGKILL)
+    os.kill(gcs[0], signal.SIGKILL)
     assert head.wait_exit(timeout=60) == 1
     timing.append(("Ray GCS killed -> head exits non-zero", time.monotonic() - killed))
     # Whichever the supervisor sees first ends it, and both name the engine's end: `ray start
@@ -163,13 +158,7 @@ def test_head_exits_when_its_ray_dies(cluster: Cluster, timing: list) -> None:
     # On the second path the supervisor stops `ray start --block`, and Ray's own processes follow
     # their GCS out within seconds; none may stay.
     wait_until(
-        lambda: _pids(head.host.namespace) == [], 30, "the head's Ray processes to leave its pod"
+        lambda: processes_in(head.host.namespace) == {},
+        30,
+        "the head's Ray processes to leave its pod",
     )
-
-
-def _cmdline(pid: str) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""
