@@ -117,6 +117,44 @@ def test_worker_joins_and_exits_when_the_head_is_killed(cluster: Cluster, timing
     assert processes_in(worker.host.namespace) == {}
 
 
+# A driver in the head's pod that runs one task on the worker's node; the task speaks on both of
+# its streams. Ray starts the task's Python worker on that node for this job.
+SPEAK_ON_THE_WORKER = """
+import sys, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1])
+alive = [n for n in ray.nodes() if n["Alive"]]
+node = next(n["NodeID"] for n in alive if n["NodeManagerAddress"] == sys.argv[2])
+@ray.remote(num_cpus=0)
+def speak():
+    print("said on the worker's node", flush=True)
+    print("warned on the worker's node", file=sys.stderr, flush=True)
+there = NodeAffinitySchedulingStrategy(node, soft=False)
+ray.get(speak.options(scheduling_strategy=there).remote())
+"""
+
+
+def test_a_ray_workers_output_shows_in_its_own_pods_log(cluster: Cluster) -> None:
+    head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
+    worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
+    wait_until(lambda: worker.get("/ready")[0] == 200, 180, "the worker to join the head")
+    driver = head.host.command(
+        [sys.executable, "-c", SPEAK_ON_THE_WORKER, f"{head.ip}:6379", worker.ip]
+    )
+    ran = subprocess.run(driver, capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    # Ray's log monitor does not run (group/ray_node.py): the worker's supervisor relays the
+    # task's lines into the worker pod's log, each with the task's name and its process.
+    said = re.compile(r"^\(speak pid=\d+\) said on the worker's node$", re.MULTILINE)
+    warned = re.compile(r"^\(speak pid=\d+\) warned on the worker's node$", re.MULTILINE)
+    wait_until(lambda: said.search(worker.log()), 30, "the task's line in the worker's log")
+    wait_until(lambda: warned.search(worker.log()), 30, "the task's stderr in the worker's log")
+    assert "on the worker's node" not in head.log()
+    for pod in (head, worker):
+        monitors = [c for c in processes_in(pod.host.namespace).values() if "log_monitor" in c]
+        assert monitors == [], pod.name
+
+
 def _ray_workers(namespace: str) -> list[str]:
     """Ray's Python workers in the namespace, by their commands (``processes_in``)."""
     return [c for c in processes_in(namespace).values() if RAY_WORKER.match(c)]

@@ -18,6 +18,8 @@ from runtime_harness import HTTP_PORT, Cluster, Pod
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
+# vLLM 0.32 names its Ray actor RayWorkerProc.
+RAY_WORKER_LINE = re.compile(r"^\(RayWorkerProc pid=\d+\) ", re.MULTILINE)
 READY_TIMEOUT_S = 480  # ~80 s on an idle 2-core machine; shared machines are slower
 
 
@@ -99,6 +101,10 @@ def test_group_serves_through_openai_and_loses_liveness_with_its_worker(
         >= 1
     )
     _assert_kserve_routes(head)
+    # Each stage's vLLM worker writes to its own pod's log, relayed from Ray's worker files by
+    # the supervisor (group/ray_logs.py): nothing is lost without Ray's log monitor.
+    for pod in (head, worker):
+        assert RAY_WORKER_LINE.search(pod.log()), f"no vLLM worker line in the {pod.name}'s log"
 
     killed = time.monotonic()
     worker.kill()

@@ -7,12 +7,14 @@ public command line is used here; `ray stop` is never called (it stops every Ray
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from multinode_llm.accelerator import Accelerator
 from multinode_llm.config import Node
+from multinode_llm.group import ray_logs
 from multinode_llm.group.process import Child
 
 STOP_GRACE_S = 10.0  # Ray drains a node in about a second while its GCS answers
@@ -49,6 +51,9 @@ def start_command(
         "--temp-dir",
         str(node.ray_temp_dir),
         "--disable-usage-stats",
+        # The supervisor relays the workers' output into the pod's log (group/ray_logs.py).
+        "--include-log-monitor",
+        "false",
         "--node-manager-port",
         str(ports.node_manager),
         "--object-manager-port",
@@ -71,7 +76,20 @@ def start_command(
     return [*argv, "--address", head_address]
 
 
-async def start(node: Node, head_address: str | None, env: Mapping[str, str]) -> Child:
+class RayNode(Child):
+    """`ray start --block`, and the relay of its workers' output into the pod's log."""
+
+    def __init__(self, child: Child, relay: ray_logs.LogRelay) -> None:
+        super().__init__(child.name, child.process)
+        self.relay = asyncio.get_running_loop().create_task(relay.run(), name="ray-logs")
+
+    async def stop(self, grace_s: float) -> None:
+        await super().stop(grace_s)
+        await ray_logs.stop(self.relay)  # after Ray: a stopped worker's last lines are relayed
+
+
+async def start(node: Node, head_address: str | None, env: Mapping[str, str]) -> RayNode:
     node.ray_temp_dir.mkdir(parents=True, exist_ok=True)
+    relay = ray_logs.LogRelay(node.ray_temp_dir)  # first: Ray's files of this run are newer
     command = start_command(node, head_address, Accelerator.from_env(env))
-    return await Child.start("ray", command, {**NO_PRESTART, **env})
+    return RayNode(await Child.start("ray", command, {**NO_PRESTART, **env}), relay)
