@@ -351,9 +351,10 @@ def _deployments_table(label: str, config: Record) -> list[str]:
         "| phase | first | second |",
         "|---|---|---|",
     ]
-    for name in sorted(
-        first.keys() | second.keys(), key=lambda n: first[n] if n in first else second[n]
-    ):
+    # A list, not a set of the names: a set's order changes between runs (string hashing), and
+    # phases at the same time would swap rows in every rebuilt report.
+    names = [*first, *(name for name in second if name not in first)]
+    for name in sorted(names, key=lambda n: first[n] if n in first else second[n]):
         cells = [f"{d[name]:.1f}" if name in d else "-" for d in (first, second)]
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return [*lines, ""]
