@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -41,7 +41,6 @@ class Tail:
     inode: int = -1
     offset: int = 0
     partial: bytes = b""
-    lines: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, path: Path) -> Tail:
@@ -51,21 +50,24 @@ class Tail:
             return cls(f"pid={stem.rpartition('-')[2]}", to_err=suffix == "err")
         return cls(stem, to_err=True)
 
-    def feed(self, data: bytes) -> None:
-        """Split ``data`` into complete lines; keep the unfinished end for the next pass."""
+    def feed(self, data: bytes) -> list[str]:
+        """The complete lines of ``data``, prefixed; the unfinished end waits for the next pass."""
         *complete, self.partial = (self.partial + data).split(b"\n")
         if len(self.partial) > LONGEST_LINE:
             complete.append(self.partial)
             self.partial = b""
-        for raw in complete:
-            self._line(raw.decode(errors="replace").rstrip("\r"))
+        lines = (self._line(raw.decode(errors="replace").rstrip("\r")) for raw in complete)
+        return [line for line in lines if line is not None]
 
-    def _line(self, text: str) -> None:
+    def _line(self, text: str) -> str | None:
+        """``text`` as the pod's log shows it; None for Ray's own markers (a name sets it)."""
         if text.startswith((ACTOR_NAME, TASK_NAME)):
             self.name = text.split(":", 2)[2].strip()
-        elif not text.startswith(METADATA):
-            who = f"{self.name} {self.source}" if self.name else self.source
-            self.lines.append(f"({who}) {text}\n")
+            return None
+        if text.startswith(METADATA):
+            return None
+        who = f"{self.name} {self.source}" if self.name else self.source
+        return f"({who}) {text}\n"
 
 
 class LogRelay:
@@ -115,9 +117,7 @@ class LogRelay:
         except OSError:
             return
         tail.offset += len(data)
-        tail.feed(data)
-        (self.err if tail.to_err else self.out).writelines(tail.lines)
-        tail.lines.clear()
+        (self.err if tail.to_err else self.out).writelines(tail.feed(data))
 
     async def run(self) -> None:
         """Poll until cancelled, and once more then: a dying worker's last lines are the ones
