@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from multinode_llm_testing.pod_processes import processes_in
 from multinode_llm_testing.waits import wait_until
 from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod
 
@@ -93,7 +93,7 @@ def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_kille
     timing.append(("mp: worker killed -> head exits non-zero", time.monotonic() - killed))
     last = head.log().splitlines()[-1]
     assert "exit 1: lost worker rank 1 (pod worker, " in last, last
-    assert _pids(head) == []  # vLLM went with the supervisor
+    assert processes_in(head.host.namespace) == {}  # vLLM went with the supervisor
 
 
 @pytest.mark.vllm
@@ -112,7 +112,7 @@ def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
     timing.append(("mp: head restarted -> worker exits non-zero", time.monotonic() - restarted))
     last = worker.log().splitlines()[-1]
     assert re.search(r"exit 1: (the head at \S+ ended rank 1|the head's status port)", last), last
-    assert _pids(worker) == []  # its vLLM went with it
+    assert processes_in(worker.host.namespace) == {}  # its vLLM went with it
 
     cluster.restart(worker)  # kubelet restarts the worker container: it joins the new epoch
     wait_until(lambda: _epoch(worker) not in (None, first_epoch), 120, "a rank in the new epoch")
@@ -150,7 +150,7 @@ def test_mp_head_without_its_worker_exits_at_the_deadline_naming_the_rank(
         f"at {head.ip}:8081"
     ) in last, last
     assert 15 <= elapsed < 60
-    assert _pids(head) == []  # its vLLM (started at once) went with it
+    assert processes_in(head.host.namespace) == {}  # its vLLM (started at once) went with it
 
 
 def test_mp_worker_without_a_head_exits_at_the_deadline(cluster: Cluster, timing: list) -> None:
@@ -172,9 +172,9 @@ def test_mp_worker_without_a_head_exits_at_the_deadline(cluster: Cluster, timing
 
 def _headless_pid(worker: Pod) -> int | None:
     """The worker's vLLM: the process started as `python -m multinode_llm.serving.headless`."""
-    for pid in _pids(worker):
-        if "multinode_llm.serving.headless" in _read(f"/proc/{pid}/cmdline").replace("\0", " "):
-            return int(pid)
+    for pid, command in processes_in(worker.host.namespace).items():
+        if "multinode_llm.serving.headless" in command:
+            return pid
     return None
 
 
@@ -209,19 +209,11 @@ def _assert_no_ray(*pods: Pod) -> None:
     Ray path): that starts nothing, and is vLLM's import, not ours.
     """
     for pod in pods:
-        for pid in _pids(pod):
-            command = _read(f"/proc/{pid}/cmdline").replace("\0", " ")
+        for command in processes_in(pod.host.namespace).values():
             assert not re.search(r"\b(raylet|gcs_server|ray start|ray::)", command), command
         supervisor = _read(f"/proc/{pod.process.pid}/maps")
         assert supervisor, f"the {pod.name}'s supervisor is not running"
         assert "_raylet" not in supervisor, f"the {pod.name}'s supervisor imported Ray"
-
-
-def _pids(pod: Pod) -> list[str]:
-    listing = subprocess.run(
-        ["ip", "netns", "pids", pod.host.namespace], capture_output=True, text=True, check=False
-    )
-    return listing.stdout.split()
 
 
 def _read(path: str) -> str:

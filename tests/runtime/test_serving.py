@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from multinode_llm_testing.pod_processes import processes_in
 from multinode_llm_testing.waits import wait_until
 from runtime_harness import HTTP_PORT, Cluster, Pod
 
@@ -51,7 +51,7 @@ def test_head_without_its_worker_exits_at_the_deadline_naming_it(
     assert ", head))" in log  # the joined node is named, with its address
     assert "1 of 2 GPUs missing" in log
     assert 20 <= elapsed < 60
-    assert _pids(head) == []  # vLLM (started early) and Ray went with it
+    assert processes_in(head.host.namespace) == {}  # vLLM (started early) and Ray went with it
 
 
 def test_group_serves_through_openai_and_loses_liveness_with_its_worker(
@@ -153,10 +153,3 @@ def _assert_kserve_routes(head: Pod) -> None:
     assert status == 200
     assert "vllm:" in metrics
     assert 'multinode_llm_probe_ok{probe="ready",role="head"} 1.0' in metrics
-
-
-def _pids(pod: Pod) -> list[str]:
-    listing = subprocess.run(
-        ["ip", "netns", "pids", pod.host.namespace], capture_output=True, text=True, check=False
-    )
-    return listing.stdout.split()
