@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from multinode_llm_testing.pod_processes import processes_in
+from multinode_llm_testing.pod_processes import check_no_ray, processes_in
 from multinode_llm_testing.waits import wait_until
 from runtime_harness import HEAD_SVC, HTTP_PORT, Cluster, Pod
 
@@ -85,7 +85,8 @@ def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_kille
     assert 'multinode_llm_group_nodes{role="head"} 2.0' in metrics
     assert 'multinode_llm_group_gpus_expected{role="head"} 2.0' in metrics
     assert 'multinode_llm_worker_joined{role="worker"} 1.0' in worker.get("/metrics")[1]
-    _assert_no_ray(head, worker)
+    for pod in (head, worker):
+        check_no_ray(pod.name, pod.role, processes_in(pod.host.namespace))
 
     killed = time.monotonic()
     worker.kill()
@@ -200,25 +201,3 @@ def _assert_the_ranks_command_lines(head: Pod, worker: Pod) -> None:
     assert "-m multinode_llm.serving.headless " in started
     assert f" --nnodes 2 --node-rank 1 --master-addr {head.ip} --master-port 29500 " in started
     assert started.endswith("--served-model-name tiny --max-model-len 256")  # the head's flags
-
-
-def _assert_no_ray(*pods: Pod) -> None:
-    """No Ray process runs in any pod, and no supervisor imported Ray.
-
-    vLLM's own processes load Ray's library where it is installed (the `cpu` extra has it for the
-    Ray path): that starts nothing, and is vLLM's import, not ours.
-    """
-    for pod in pods:
-        for command in processes_in(pod.host.namespace).values():
-            assert not re.search(r"\b(raylet|gcs_server|ray start|ray::)", command), command
-        supervisor = _read(f"/proc/{pod.process.pid}/maps")
-        assert supervisor, f"the {pod.name}'s supervisor is not running"
-        assert "_raylet" not in supervisor, f"the {pod.name}'s supervisor imported Ray"
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -51,10 +51,10 @@ def check_no_ray(pod: str, role: str, processes: Mapping[int, str]) -> None:
     assert ray == [], f"Ray runs in {pod}: {ray}"
     engine = MP_ENGINE[role]
     assert any(engine in command for command in processes.values()), (pod, processes)
+    # A container runs the console script; the runtime suite runs `python -m multinode_llm`.
+    launched = re.compile(rf"(multinode-llm|-m multinode_llm) {role}\b")
     [supervisor] = [
-        pid
-        for pid, command in processes.items()
-        if f"multinode-llm {role}" in command.partition("] ")[2]
+        pid for pid, command in processes.items() if launched.search(command.partition("] ")[2])
     ]
     maps = Path(f"/proc/{supervisor}/maps").read_text()
     assert "_raylet" not in maps, f"the supervisor of {pod} imported Ray"
