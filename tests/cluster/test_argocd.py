@@ -66,10 +66,6 @@ SYNC_S = 900
 Obj = dict[str, Any]
 
 
-def annotations(obj: Obj) -> dict[str, str]:
-    return dict(obj["metadata"].get("annotations") or {})
-
-
 def component(obj: Obj) -> str:
     return str(obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""))
 
