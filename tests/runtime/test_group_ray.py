@@ -137,7 +137,9 @@ ray.get(speak.options(scheduling_strategy=there).remote())
 def test_a_ray_workers_output_shows_in_its_own_pods_log(cluster: Cluster) -> None:
     head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
     worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
-    wait_until(lambda: worker.get("/ready")[0] == 200, 180, "the worker to join the head")
+    # The GCS's view, not the worker's /ready: that opens with the raylet's port, which can come
+    # before the GCS lists the node alive (the driver then found no node, CI, 6 Dec).
+    wait_until(lambda: _facts(head).get("nodes") == 2, 180, "the worker's node alive in the GCS")
     driver = head.host.command(
         [sys.executable, "-c", SPEAK_ON_THE_WORKER, f"{head.ip}:6379", worker.ip]
     )
