@@ -107,6 +107,31 @@ def test_an_image_without_a_stand_in_fails_as_a_pull_would(tmp_path: Path) -> No
         runtime.resolve("kserve/kserve-controller:v0.15.2", {"manager": "/x"}, "0.19.0", tmp_path)
 
 
+def test_an_image_a_test_provides_runs_as_its_stand_in_at_that_tag_only(tmp_path: Path) -> None:
+    """A stand-in a test provides (the storage initializer's) is what the agents run for exactly
+    that reference, with its environment and folders; another tag still fails as a pull."""
+    image = "docker.io/kserve/storage-initializer:v0.19.0"
+    stand_in = runtime.Image("", ("/usr/bin/python3", "-S", "run.py"), None, {"A": "1"}, ("/site",))
+    runtime.provide(tmp_path, image, stand_in)
+    runtime.provide(tmp_path, "example.org/other:1", runtime.Image("", ("true",)))
+    provided = runtime.provided(tmp_path)
+    assert provided[image] == stand_in
+    assert runtime.resolve(image, {}, "0.19.0", tmp_path, stand_ins=provided) == stand_in
+    with pytest.raises(runtime.ImageUnavailableError, match=r"storage-initializer:v0\.19\.0"):
+        runtime.resolve(image.replace("v0.19.0", "v0.17.0"), {}, "0.19.0", tmp_path, "", provided)
+
+
+def test_a_provided_images_environment_comes_first_and_the_pods_wins(tmp_path: Path) -> None:
+    image = runtime.Image("", ("run",), None, {"LANG": "C.UTF-8", "HOME": "/image"}, ("/site",))
+    identity = PodIdentity("p", "llm", "10.235.0.2", "mnk-px", "", {}, {}, tmp_path, 0)
+    spec = {"containers": [{"name": "c", "command": ["run"],
+                            "env": [{"name": "HOME", "value": "/tmp"}]}]}  # fmt: skip
+    plan = plan_pod(identity, spec, [], {})
+    [container] = node._with_roots(plan, {"c": image}).containers
+    assert (container.env["LANG"], container.env["HOME"]) == ("C.UTF-8", "/tmp")
+    assert container.image_paths == ["/site"]
+
+
 def test_leader_worker_sets_manager_runs_from_its_build_at_the_pinned_tag(tmp_path: Path) -> None:
     program = tmp_path / "lws-1" / "cmd"
     program.parent.mkdir()

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     if container.get("rootfs"):
         _enter_image_root(container, mounts, sources)
         return _supervise(_start(container))
-    image_paths = _image_paths()
+    image_paths = _image_paths(container.get("image_paths") or [])
     closed = _closed_ancestors(image_paths, container["uid"])
     image = _keep_image_paths(image_paths, [m["target"] for m in mounts] + closed)
     if container["read_only_root"]:
@@ -102,9 +102,10 @@ def _make_mount_point(path: str, directory: bool) -> None:
         target.touch()
 
 
-def _image_paths() -> list[str]:
-    """The container's "image": this Python environment (venv, base install, import path)."""
-    paths = {sys.prefix, sys.base_prefix, *sys.path}
+def _image_paths(provided: list[str]) -> list[str]:
+    """The container's "image": this Python environment (venv, base install, import path) and
+    the folders of an image provided for a test."""
+    paths = {sys.prefix, sys.base_prefix, *sys.path, *provided}
     return sorted(p for p in paths if p.startswith("/") and p != "/" and os.path.isdir(p))
 
 

@@ -111,6 +111,9 @@ class ContainerPlan:
     # filesystem and the buildah working container that holds it. Empty: this machine's Python.
     rootfs: str = ""
     working_container: str = ""
+    # Folders of this machine an image provided for a test runs from (controlplane/runtime.py),
+    # shared into the container beside this Python environment.
+    image_paths: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -526,6 +526,7 @@ class PodWorker:
                 self.agent.info["kserve"],
                 self.agent.state_dir / "images",
                 self.agent.info.get("lws", ""),
+                runtime.provided(self.agent.state_dir),
             )
         except runtime.ImageUnavailableError as error:
             self.waiting[container["name"]] = ("ErrImagePull", str(error))
@@ -850,5 +851,8 @@ def _with_roots(plan: PodPlan, roots: Mapping[str, runtime.Image]) -> PodPlan:
             env = {k: v for k, v in container.env.items() if k != "PATH"}
             env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
             container = replace(container, rootfs=image.rootfs, env=env)
+        elif image.paths or image.env:  # a provided image: its ENV first, the pod's wins
+            env = {**image.env, **container.env}
+            container = replace(container, env=env, image_paths=list(image.paths))
         containers.append(container)
     return replace(plan, containers=containers)

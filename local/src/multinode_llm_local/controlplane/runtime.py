@@ -10,20 +10,26 @@ is no container engine). Each image a pod may name is instead one of:
   at the path its real image has it, with the image's entrypoint and user: KServe's manager (for
   the one release the cluster runs), LeaderWorkerSet's manager, kube-rbac-proxy and CoreDNS.
 
+- an image a test provides for this cluster (``provide``): a command of this machine, with the
+  image's environment and the folders it runs from. The tests provide KServe's storage initializer
+  this way, as its release's own storage code (``multinode_llm_testing.storage_sites``).
+
 Any other image fails as a pull would (``ErrImagePull``), naming the image and what is known.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from multinode_llm_local.images import repository
 
 COREDNS_IMAGE = "registry.k8s.io/coredns/coredns"
+PROVIDED = "provided-images.json"  # in the cluster's state directory
 OWN_REPOSITORIES = (
     "ghcr.io/multinode-llm/multinode-llm",
     "ghcr.io/multinode-llm/multinode-llm-cache",
@@ -42,11 +48,14 @@ class GoImage:
 
 @dataclass(frozen=True)
 class Image:
-    """How the agent runs an image: its root filesystem ("" = this machine's), entrypoint, user."""
+    """How the agent runs an image: its root filesystem ("" = this machine's), entrypoint, user,
+    and for a provided image its environment (the image's ENV) and the folders it runs from."""
 
     rootfs: str
     entrypoint: tuple[str, ...]
     user: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    paths: tuple[str, ...] = ()
 
 
 class ImageUnavailableError(Exception):
@@ -65,24 +74,52 @@ def go_images(kserve_version: str, lws_version: str = "") -> dict[str, GoImage]:
     }
 
 
+def provide(state_dir: Path, image: str, stand_in: Image) -> None:
+    """Run ``image`` (a full reference, with its tag) as ``stand_in`` on this cluster's nodes from
+    now on: a test's own stand-in for an image no node can pull."""
+    path = state_dir / PROVIDED
+    found = json.loads(path.read_text()) if path.is_file() else {}
+    found[image] = asdict(stand_in)
+    temporary = path.with_suffix(".partial")
+    temporary.write_text(json.dumps(found, indent=1))
+    temporary.rename(path)  # the agents read it at each container start
+
+
+def provided(state_dir: Path) -> dict[str, Image]:
+    """The images tests provide on this cluster (``provide``), by reference."""
+    path = state_dir / PROVIDED
+    found = json.loads(path.read_text()) if path.is_file() else {}
+    return {
+        image: Image(
+            **spec | {"entrypoint": tuple(spec["entrypoint"]), "paths": tuple(spec["paths"])}
+        )
+        for image, spec in found.items()
+    }
+
+
 def resolve(
     image: str,
     programs: Mapping[str, str],
     kserve_version: str,
     cache: Path,
     lws_version: str = "",
+    stand_ins: Mapping[str, Image] | None = None,
 ) -> Image:
     """The stand-in for ``image``, or ImageUnavailableError saying why there is none."""
-    repo = repository(image)
-    tag = image.split("@", 1)[0].rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    repo, tag = repository(image), _tag(image)
     if repo in OWN_REPOSITORIES:
         return Image(rootfs="", entrypoint=("multinode-llm",))
+    stand_ins = stand_ins or {}
+    for reference, stand_in in stand_ins.items():
+        if (repository(reference), _tag(reference)) == (repo, tag):
+            return stand_in
     known = go_images(kserve_version, lws_version)
     spec = known.get(repo)
     if spec is None:
+        runs = [*OWN_REPOSITORIES, *known, *stand_ins]
         raise ImageUnavailableError(
             f"image {image!r} is not available on this node: the node agent (a stand-in for a "
-            f"kubelet with a container runtime) runs only {', '.join([*OWN_REPOSITORIES, *known])}"
+            f"kubelet with a container runtime) runs only {', '.join(runs)}"
         )
     if spec.tag and tag != spec.tag:
         raise ImageUnavailableError(
@@ -92,6 +129,12 @@ def resolve(
         )
     root = _root_for(spec, Path(programs[spec.program]), cache)
     return Image(rootfs=str(root), entrypoint=(spec.path,), user=spec.user)
+
+
+def _tag(image: str) -> str:
+    """The tag of an image reference ("" when it has none)."""
+    name = image.split("@", 1)[0]
+    return name.rsplit(":", 1)[-1] if ":" in name.rsplit("/", 1)[-1] else ""
 
 
 def _root_for(spec: GoImage, program: Path, cache: Path) -> Path:
