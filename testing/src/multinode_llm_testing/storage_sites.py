@@ -43,7 +43,7 @@ RUNNER = Path(__file__).with_name("run_initializer.py")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / (
     "multinode-llm/storage-sites"
 )
-LAYOUT = 1  # bump when the way sites are built changes: every site is rebuilt
+LAYOUT = 2  # bump when the way sites are built changes: every site is rebuilt
 PIP_TIMEOUT = 900  # seconds for one pip install, downloads included
 
 # What each package's storage code imports at top level besides the standard library (read from the
@@ -158,6 +158,7 @@ def build(label: str, requirements: tuple[str, ...], no_deps: bool) -> Path:
             )
             (building / "installed.txt").write_text(listed.stdout)
             (building / ".complete").touch()
+            building.chmod(0o755)  # an image's files: a pod's non-root user reads them too
             if site.exists():  # an unfinished site left by a run that was killed
                 shutil.rmtree(site)
             building.rename(site)
