@@ -16,12 +16,12 @@ list (about 17 minutes): ``tox -e cluster-lifecycle``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import yaml
+from helm_oracle import Modelled, agree
 from multinode_llm_local.kserve import releases
 from realcluster import (
     CHART,
@@ -39,15 +39,10 @@ from realcluster import (
     wait_for,
 )
 
-from tests.lifecycle.cluster import FakeCluster
-from tests.lifecycle.helm_model import RELEASE_NAME, Helm
-
 HELMS = (3, 4)
 RELEASE = "llm"
 CLAIM = "models"
 TIMEOUT = "15m"
-# The kinds whose objects are compared even when the model holds none of them (after uninstall).
-KINDS = {"InferenceService", "ServingRuntime", "Job", "NetworkPolicy"}
 
 
 def namespace(helm: int) -> str:
@@ -77,37 +72,9 @@ def first_jobs() -> dict[int, set[str]]:
     return {}
 
 
-@dataclass
-class Modelled:
-    """tests/lifecycle's Helm model of one Helm major, taking the real steps on its fake cluster."""
-
-    helm: int
-    cluster: FakeCluster = field(default_factory=FakeCluster)
-    client: Helm = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.client = Helm(self.cluster, f"helm{self.helm}")
-
-    def step(self, act: Callable[[Helm], object]) -> None:
-        act(self.client)
-        self.cluster.settle()
-
-    def history(self) -> list[str]:
-        return [r.status for r in self.client.history.get((namespace(self.helm), RELEASE), [])]
-
-    def managed(self) -> set[tuple[str, str]]:
-        """(kind, name) of every object of the release the model holds (Helm's stamp on it)."""
-        return {
-            (key.kind, key.name)
-            for key, live in self.cluster.objects.items()
-            if key.namespace == namespace(self.helm)
-            and live.annotations.get(RELEASE_NAME) == RELEASE
-        }
-
-
 @pytest.fixture(scope="module")
 def models() -> dict[int, Modelled]:
-    return {helm: Modelled(helm) for helm in HELMS}
+    return {helm: Modelled(helm, namespace(helm), RELEASE) for helm in HELMS}
 
 
 def rendered(cluster: RealCluster, helm: int, sets: Sequence[str] = ()) -> list[Obj]:
@@ -116,22 +83,6 @@ def rendered(cluster: RealCluster, helm: int, sets: Sequence[str] = ()) -> list[
     found = cluster.helm("template", RELEASE, str(CHART), "--namespace", namespace(helm),
                          *chart_args(cluster.kserve, extra), version=helm)  # fmt: skip
     return [doc for doc in yaml.safe_load_all(found.stdout) if doc]
-
-
-def agree(model: Modelled, cluster: RealCluster, released: bool = True) -> None:
-    """The model and the real cluster after the same step: the same release history (``helm
-    history``) and the same objects carrying the release's Helm stamp, of every kind either has."""
-    ns = namespace(model.helm)
-    assert (history(cluster, model.helm) if released else []) == model.history()
-    kinds = {kind for kind, _ in model.managed()} | KINDS
-    live = cluster.items(",".join(sorted(kinds)), "-n", ns)
-    stamped = {
-        (o["kind"], o["metadata"]["name"])
-        for o in live
-        if (o["metadata"].get("annotations") or {}).get(RELEASE_NAME) == RELEASE
-        and not o["metadata"].get("ownerReferences")  # KServe copies the stamp into what it makes
-    }
-    assert stamped == model.managed()
 
 
 def installed(releases_: dict[int, Installed], helm: int) -> Installed:
