@@ -26,14 +26,16 @@ import yaml
 from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm_local import cluster as local_cluster
 from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_local.controlplane import runtime
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
 from multinode_llm_local.kserve import releases
 from multinode_llm_local.kubelet import enter_command
 from multinode_llm_local.pods import PodPlan, make_readable
-from multinode_llm_testing import gateway_api, prometheus_operator
+from multinode_llm_testing import gateway_api, prometheus_operator, storage_sites
 from multinode_llm_testing import serving_checks as checks
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.job_pod import IMAGE_ENV
 from multinode_llm_testing.locks import file_lock, vllm_lock
 from multinode_llm_testing.pod_processes import processes_in
 from multinode_llm_testing.serving_checks import RAY_NODES_SCRIPT, check_ray, parse_ray_nodes
@@ -503,6 +505,21 @@ def start_fake_hub(cluster: RealCluster, model: Path, repo: str) -> FakeHub:
     fake.add(FakeRepo(repo, files))
     fake.start()
     return fake
+
+
+def provide_storage_initializer(cluster: RealCluster, image: str) -> None:
+    """KServe's storage-initializer ``image`` on the cluster's nodes, a FAKE image (none can be
+    pulled here): the cluster's KServe release's own storage code, run as the image's entrypoint
+    runs it (storage_sites.py, run_initializer.py), with the image's environment."""
+    [release] = [r for r in storage_sites.releases() if r.version == cluster.kserve]
+    site = storage_sites.build_sites([release])[release.version]
+    stand_in = runtime.Image(
+        rootfs="",
+        entrypoint=tuple(site.command()),
+        env={**IMAGE_ENV, **site.env()},
+        paths=(str(site.code), str(site.deps), str(storage_sites.RUNNER.parent)),
+    )
+    runtime.provide(Path(cluster.kubeconfig).parent, image, stand_in)
 
 
 @contextlib.contextmanager
