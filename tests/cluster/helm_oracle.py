@@ -4,9 +4,11 @@ the objects that carry the release's Helm stamp (test_lifecycle.py, test_migrati
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import yaml
 from realcluster import Obj, RealCluster, helm_history
 
 from tests.lifecycle.cluster import FakeCluster
@@ -28,6 +30,12 @@ class Modelled:
 
     def __post_init__(self) -> None:
         self.client = Helm(self.cluster, f"helm{self.helm}")
+
+    def rendered(self, cluster: RealCluster, chart: Path, args: Sequence[str]) -> list[Obj]:
+        """``helm template`` of what a real step sends: the documents the model is given."""
+        found = cluster.helm("template", self.release, str(chart), "--namespace", self.namespace,
+                             *args, version=self.helm)  # fmt: skip
+        return [doc for doc in yaml.safe_load_all(found.stdout) if doc]
 
     def step(self, act: Callable[[Helm], object]) -> None:
         act(self.client)

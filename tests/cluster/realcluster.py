@@ -180,13 +180,17 @@ class RealCluster:
             "--for=jsonpath={.status.phase}=Bound",
             "--timeout=60s",
         )
-        volume = self.get("-n", namespace, f"pvc/{claim}")["spec"]["volumeName"]
-        folder = Path(self.get(f"pv/{volume}")["spec"]["hostPath"]["path"])
+        folder = self.claim_folder(namespace, claim)
         target = folder / MODEL
         if not target.exists():
             shutil.copytree(model, target)
             make_readable(target)
         return folder
+
+    def claim_folder(self, namespace: str, claim: str) -> Path:
+        """The folder of the bound claim's volume (the provisioner's hostPath) on this machine."""
+        volume = self.get("-n", namespace, f"pvc/{claim}")["spec"]["volumeName"]
+        return Path(self.get(f"pv/{volume}")["spec"]["hostPath"]["path"])
 
     def cluster_ip(self, namespace: str, service: str) -> str:
         return str(self.get("-n", namespace, f"service/{service}")["spec"]["clusterIP"])

@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-import yaml
 from helm_oracle import Modelled, agree
 from multinode_llm_local.kserve import releases
 from realcluster import (
@@ -77,12 +76,9 @@ def models() -> dict[int, Modelled]:
     return {helm: Modelled(helm, namespace(helm), RELEASE) for helm in HELMS}
 
 
-def rendered(cluster: RealCluster, helm: int, sets: Sequence[str] = ()) -> list[Obj]:
-    """``helm template`` of what the step installs: the documents the model is given."""
-    extra = set_flags(sets)
-    found = cluster.helm("template", RELEASE, str(CHART), "--namespace", namespace(helm),
-                         *chart_args(cluster.kserve, extra), version=helm)  # fmt: skip
-    return [doc for doc in yaml.safe_load_all(found.stdout) if doc]
+def rendered(model: Modelled, cluster: RealCluster, sets: Sequence[str] = ()) -> list[Obj]:
+    """The chart as the step installs it, with every value the real step was given."""
+    return model.rendered(cluster, CHART, chart_args(cluster.kserve, set_flags(sets)))
 
 
 def installed(releases_: dict[int, Installed], helm: int) -> Installed:
@@ -138,7 +134,7 @@ def test_install_waits_for_a_serving_group(
     assert generation(group) == 1
     assert all(j["status"].get("succeeded") == 1 for j in readiness_jobs(group).values())
     assert history(group.cluster, helm) == ["deployed"]
-    docs = rendered(cluster, helm)
+    docs = rendered(models[helm], cluster)
     models[helm].step(lambda client: client.install(RELEASE, namespace(helm), docs))
     agree(models[helm], cluster)
 
@@ -265,13 +261,13 @@ def test_a_reinstall_serves_again_from_the_kept_claim(
     assert generation(group) == 1
     assert cluster.get("-n", group.namespace, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
     assert group.serves()
-    docs = rendered(cluster, helm)
+    docs = rendered(models[helm], cluster)
     models[helm].step(lambda client: client.install(RELEASE, namespace(helm), docs))
     agree(models[helm], cluster)
 
 
 def upgraded(model: Modelled, group: Installed) -> None:
     """The model's upgrade with every value the real one was given, then the comparison."""
-    docs = rendered(group.cluster, model.helm, group.sets)
+    docs = rendered(model, group.cluster, group.sets)
     model.step(lambda client: client.upgrade(RELEASE, namespace(model.helm), docs))
     agree(model, group.cluster)

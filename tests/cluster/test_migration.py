@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 from helm_oracle import Modelled, agree
 from multinode_llm_local.kserve import releases
 from multinode_llm_testing.fake_hub import FakeHub
@@ -134,12 +133,6 @@ class Migration:
         record(f"KServe {self.cluster.kserve}", what.strip(), time.monotonic() - started)
         return result
 
-    def rendered(self, chart: Path, args: Sequence[str]) -> list[Obj]:
-        """``helm template`` of what a step sends: the documents the model is given."""
-        found = self.cluster.helm("template", self.release, str(chart), "--namespace", self.ns,
-                                  *args, version=self.helm)  # fmt: skip
-        return [doc for doc in yaml.safe_load_all(found.stdout) if doc]
-
     def claim_meta(self) -> Obj:
         found: Obj = self.cluster.get("-n", self.ns, f"pvc/{self.claim}")["metadata"]
         return found
@@ -147,9 +140,7 @@ class Migration:
     def files(self, layout: str) -> dict[str, int]:
         """The model's files in a folder of the claim's model (``main``: the old chart's
         revision folder; ``snapshots``: today's one snapshot): path -> inode."""
-        claim = self.cluster.get("-n", self.ns, f"pvc/{self.claim}")
-        volume = self.cluster.get(f"pv/{claim['spec']['volumeName']}")
-        folder = Path(volume["spec"]["hostPath"]["path"]) / "models" / REPO / layout
+        folder = self.cluster.claim_folder(self.ns, self.claim) / "models" / REPO / layout
         if layout == "snapshots":
             [folder] = folder.iterdir()
         return {
@@ -174,7 +165,7 @@ class Migration:
         assert sorted(self.files("main")) == sorted(self.model_files)
         assert blob_bytes(self.hub) - sent == sum(self.model_files.values())
         assert self.download_jobs()[self.old_job]["status"].get("succeeded") == 1
-        docs = self.rendered(chart_dir("old"), self.old_args())
+        docs = self.model.rendered(self.cluster, chart_dir("old"), self.old_args())
         self.model.step(lambda client: client.install(self.release, self.ns, docs))
         agree(self.model, self.cluster)
 
@@ -188,7 +179,7 @@ class Migration:
         )
         assert conflict in refused.stderr, refused.stderr
         assert 'missing key "meta.helm.sh/release-name"' in refused.stderr
-        docs = self.rendered(CHART, self.new_args())
+        docs = self.model.rendered(self.cluster, CHART, self.new_args())
         with pytest.raises(HelmError) as modelled:
             self.model.step(lambda client: client.upgrade(self.release, self.ns, docs))
         assert conflict in str(modelled.value)
@@ -210,7 +201,7 @@ class Migration:
         assert all(j["status"].get("succeeded") == 1 for j in jobs.values())
         group = Installed(self.cluster, self.release, self.ns, f"{self.release}-multinode-llm")
         assert group.serves()
-        docs = self.rendered(CHART, self.new_args())
+        docs = self.model.rendered(self.cluster, CHART, self.new_args())
         self.model.step(lambda c: c.upgrade(self.release, self.ns, docs, take_ownership=True))
         agree(self.model, self.cluster)
 
