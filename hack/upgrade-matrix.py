@@ -916,6 +916,20 @@ def disagreements(real: list[Outcome], emulated: list[Outcome]) -> list[str]:
     ]
 
 
+def unwaited(outcomes: list[Outcome]) -> list[str]:
+    """Each row whose ``helm upgrade --wait --wait-for-jobs`` would not wait for what it restarts:
+    the wait covers a group's restart only through a new readiness Job, which ends once the head
+    that exports the new MULTINODE_LLM_GROUP_SPEC serves. A row that restarts pods with the same
+    Job ends its wait at once while the group is down; a new Job without a restart would wait for
+    a spec no head ever exports, to its deadline."""
+    return [
+        f"{o.change.value}: pods restart {o.restarts_head or o.restarts_workers}, "
+        f"readiness Job {o.jobs.get('readiness')}"
+        for o in outcomes
+        if (o.restarts_head or o.restarts_workers) != (o.jobs.get("readiness") == "new")
+    ]
+
+
 def table(outcomes: list[Outcome]) -> str:
     default = kserve.releases.default().version
     lines = [

@@ -360,8 +360,9 @@ def assert_subset(expected: Any, actual: Any, path: str = "") -> None:
 
 
 def test_the_readiness_job_is_new_exactly_when_the_group_restarts() -> None:
-    """Named after its spec, which holds the hash of what shapes the group's pods: a change that
-    restarts the group makes a new Job (the new group to wait for), one that does not makes none."""
+    """Named after its spec, which holds the hash of what restarts the group: a change that
+    restarts it makes a new Job (the new group to wait for), one that does not makes none. A new
+    strategy restarts it too: it is a new generation, which KServe writes into the pods."""
 
     def ready(**sets: Any) -> tuple[str, str]:
         values = copy.deepcopy(HF)
@@ -381,8 +382,13 @@ def test_the_readiness_job_is_new_exactly_when_the_group_restarts() -> None:
 
     base = ready()
     assert ready(**{"tests.prompt": "hi"}) == base
-    assert ready(**{"strategy.type": "RollingUpdate"})[1] == base[1]  # Deployments, not pods
-    for change in ({"image.tag": "v2"}, {"vllm.args": ["--x"]}, {"parallelism.tensor": 4}):
+    restarts = [
+        {"image.tag": "v2"},
+        {"vllm.args": ["--x"]},
+        {"parallelism.tensor": 4},
+        {"strategy.type": "RollingUpdate"},
+    ]
+    for change in restarts:
         assert ready(**change)[1] != base[1], change
         assert ready(**change)[0] != base[0], change
 

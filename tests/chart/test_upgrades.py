@@ -177,6 +177,13 @@ def test_headless_services_appear_exactly_with_a_new_generation(outcomes: dict[s
             assert "label isvc.generation" in outcome.worker, value
 
 
+def test_the_wait_covers_every_restart_and_only_a_restart(outcomes: dict[str, Any]) -> None:
+    """``helm upgrade --wait --wait-for-jobs`` waits for a restarted group only through a new
+    readiness Job: every row that restarts pods makes one, and no other row does (its Job would
+    wait for a head that never comes, to its deadline)."""
+    assert matrix().unwaited(list(outcomes.values())) == []
+
+
 def test_no_job_keeps_its_name_with_a_new_spec(outcomes: dict[str, Any]) -> None:
     """A Job's pod template is immutable: the API server would refuse the upgrade."""
     stuck = {v: o.jobs for v, o in outcomes.items() if "spec changed" in o.jobs.values()}

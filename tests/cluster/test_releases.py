@@ -141,6 +141,7 @@ def test_every_upgrade_row_is_what_this_release_emulated_does(cluster: RealClust
         cluster.uninstall_gateway_api()
         cluster.uninstall_prometheus_operator_crds()
     emulated = matrix.measure_all(release=cluster.kserve, changes=changes)
+    assert matrix.unwaited(real) == []  # each row's --wait --wait-for-jobs waits for its restart
     if release.controller.head_service_cleanup:
         # cleanHeadSvc keeps the 3 newest head Services of the whole cluster (reconcilers/service/
         # service_reconciler.go at v0.15.0, v0.15.2 and v0.16.0):

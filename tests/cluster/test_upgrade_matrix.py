@@ -38,6 +38,7 @@ def test_the_doc_is_what_real_helm_and_kserve_do_and_the_emulation_agrees(
     real = matrix.measure_all_live(matrix.Live(cluster.kubeconfig))
     emulated = matrix.measure_all()
     assert matrix.disagreements(real, emulated) == []
+    assert matrix.unwaited(real) == []  # each row's --wait --wait-for-jobs waits for its restart
     doc = matrix.DOC.read_text()
     assert f"{matrix.table(real)}\n\n{matrix.summary(real)}" in doc, (
         "docs/upgrades.md is not what the real runs give: run hack/upgrade-matrix.py --cluster"

@@ -244,18 +244,16 @@ its current generation (the backend labels both roles with the group's name) */}
 {{- with $fields }}{{ toYaml . }}{{ end }}
 {{- end }}
 
-{{- /* A hash of everything that shapes the group's pods: the runtime's spec, the InferenceService's
-labels and annotations (KServe copies both into the pod templates) and its predictor, but not the
-Deployments' own settings (strategy, replicas) nor the runtime's name (the hash names it). Context:
+{{- /* A hash of everything that restarts the group: the runtime's spec, the InferenceService's
+labels and annotations (KServe copies both into the pod templates) and its whole predictor, but
+not the runtime's name (the hash names it). The Deployments' own settings (strategy, replicas) are
+in it too: a change of them is a new generation, which KServe writes into both pod templates, so
+the group restarts, and the readiness Job (named after this hash) must wait for it. Context:
 root. */}}
 {{- define "multinode-llm.groupSpec" -}}
 {{- $isvcMeta := dict "labels" .Values.inferenceService.labels "annotations" .Values.inferenceService.annotations }}
 {{- $_ := set $isvcMeta "kserve" (list (include "multinode-llm.deploymentMode" .) (include "multinode-llm.requiredAutoscalerClass" .) (include "multinode-llm.gpuTypesAnnotation" .)) }}
 {{- $predictor := include "multinode-llm.isvcPredictor" (dict "root" . "groupSpec" "") | fromYaml }}
-{{- /* what shapes the Deployments, not their pods */}}
-{{- range $field := list "deploymentStrategy" "minReplicas" "maxReplicas" }}
-{{- $_ := unset $predictor $field }}
-{{- end }}
 {{- $parts := list (include "multinode-llm.runtimeSpec" (dict "root" . "groupSpec" "")) (toJson $isvcMeta) (toJson $predictor) }}
 {{- join "\n---\n" $parts | sha256sum | trunc 16 }}
 {{- end }}
