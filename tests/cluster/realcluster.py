@@ -26,6 +26,7 @@ import yaml
 from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm_local import cluster as local_cluster
 from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_local.controlplane import kserve as real_kserve
 from multinode_llm_local.controlplane import runtime
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.provisioner import STORAGE_CLASS
@@ -530,6 +531,19 @@ def provide_storage_initializer(cluster: RealCluster, image: str) -> None:
 def serving_lock() -> Iterator[None]:
     with vllm_lock():
         yield
+
+
+def releases_to_run() -> list[str]:
+    """The KServe releases an opt-in multi-release module runs on: the chart's default, or those
+    ``KSERVE_RELEASES`` names (``all``: every release the chart supports whose manager is built
+    here; else a comma-separated list, a refused one skipped with its reason)."""
+    asked = os.environ.get("KSERVE_RELEASES", "").strip()
+    if not asked:
+        return [releases.default().version]
+    if asked == "all":
+        built = real_kserve.built_versions()
+        return [v for v in built if releases.get(v).status == "supported"]
+    return [v.strip() for v in asked.split(",") if v.strip()]
 
 
 def supported_or_skip(version: str, why: str) -> releases.Release:

@@ -13,15 +13,13 @@ outlives each failure and the deletion. tests/lifecycle's Argo CD model (argo_mo
 same steps where it can (it has no InferenceService health) and must agree with real Argo CD on
 what each applied, pruned and deleted.
 
-It runs on the chart's default KServe release; ``ARGOCD_KSERVE_RELEASES`` (``all``: every release
-the chart supports whose manager is built here, or a comma-separated list) runs it on others
-(``tox -e cluster-argocd-releases``).
+It runs on the chart's default KServe release, or on those of ``KSERVE_RELEASES``
+(``realcluster.releases_to_run``; ``tox -e cluster-argocd-releases``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -36,8 +34,6 @@ import pytest
 import yaml
 from multinode_llm_local.controlplane import argocd
 from multinode_llm_local.controlplane import cluster as real
-from multinode_llm_local.controlplane import kserve as real_kserve
-from multinode_llm_local.kserve import releases
 from multinode_llm_testing.fake_hub import FakeHub
 from realcluster import (
     CHART,
@@ -47,6 +43,7 @@ from realcluster import (
     Installed,
     RealCluster,
     record,
+    releases_to_run,
     serving_lock,
     start_fake_hub,
     supported_or_skip,
@@ -199,20 +196,9 @@ class HealthWatch:
             self.seen.append(health)
 
 
-def kserve_releases() -> list[str]:
-    """The KServe releases to sync on: the chart's default, or ``ARGOCD_KSERVE_RELEASES``."""
-    asked = os.environ.get("ARGOCD_KSERVE_RELEASES", "").strip()
-    if not asked:
-        return [releases.default().version]
-    if asked == "all":
-        built = real_kserve.built_versions()
-        return [v for v in built if releases.get(v).status == "supported"]
-    return [v.strip() for v in asked.split(",") if v.strip()]
-
-
-@pytest.fixture(scope="module", params=kserve_releases())
+@pytest.fixture(scope="module", params=releases_to_run())
 def cluster(request: pytest.FixtureRequest, clusters: Clusters) -> Iterator[RealCluster]:
-    # A refused release named in ARGOCD_KSERVE_RELEASES is skipped before a cluster starts.
+    # A refused release named in KSERVE_RELEASES is skipped before a cluster starts.
     release = supported_or_skip(str(request.param), "no sync renders")
     running = clusters.get(release.version)
     running.kubectl("create", "namespace", NAMESPACE)
