@@ -418,6 +418,35 @@ def test_a_failed_sync_keeps_the_model_claim_and_its_model(
     )
 
 
+def test_a_switch_to_a_pvc_model_prunes_the_download_and_keeps_the_claim(
+    app: Application, first_sync: tuple[Obj, list[str]], tiny_model: Path
+) -> None:
+    """The model moved to a claim of the user's (``pvc://``), synced with prune: the download Job
+    is pruned, the chart's claim is not (keepOnUninstall: ``Prune=false``), and the group serves
+    from the user's claim, as the model says."""
+    claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
+    app.cluster.model_claim(NAMESPACE, "models", tiny_model)
+    model = modelled(app.values)
+    local = yaml.safe_load(LOCAL_VALUES.read_text())["model"]
+    pvc = {**app.values, "model": {**app.values["model"], "uri": local["uri"]}}
+    app.set_values(pvc)
+    state = app.sync()
+    assert state["phase"] == "Succeeded", outcome(state)
+    pruned = real_results(state, "Pruned")
+    assert any(k == "Job" and n.startswith(f"{ISVC}-download-") for k, n in pruned), pruned
+    assert ("PersistentVolumeClaim", CLAIM) not in pruned
+    assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    operation = model.sync(APP, NAMESPACE, rendered(pvc), prune=True)
+    assert operation.phase == "Succeeded"
+    assert names(operation.pruned) == pruned, outcome(state)
+    wait_for(
+        lambda: not [j for j in app.cluster.items("jobs", "-n", NAMESPACE) if is_download(j)],
+        120,
+        "the pruned download Job gone",
+    )
+    assert group(app).serves()
+
+
 def test_deleting_the_app_keeps_the_claim_as_keep_on_uninstall_says(
     app: Application, first_sync: tuple[Obj, list[str]]
 ) -> None:
