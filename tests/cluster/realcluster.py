@@ -115,6 +115,14 @@ class RealCluster:
     def items(self, *args: str) -> list[Obj]:
         return list(self.get(*args).get("items") or [])
 
+    def download_jobs(self, namespace: str) -> dict[str, Obj]:
+        """The chart's model-download Jobs in ``namespace`` by name, but any being deleted."""
+        jobs = self.items("jobs", "-n", namespace,
+                          "-l", "app.kubernetes.io/component=model-download")  # fmt: skip
+        return {
+            j["metadata"]["name"]: j for j in jobs if not j["metadata"].get("deletionTimestamp")
+        }
+
     def helm(
         self, *args: str, version: int = 4, timeout: float = 1800, check: bool = True
     ) -> subprocess.CompletedProcess[str]:

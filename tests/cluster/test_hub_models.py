@@ -18,7 +18,6 @@ from multinode_llm_testing.fake_hub import FakeHub
 from realcluster import (
     Clusters,
     Installed,
-    Obj,
     RealCluster,
     install,
     record,
@@ -62,10 +61,6 @@ def group(cluster: RealCluster, hub: FakeHub) -> Iterator[Installed]:
         yield install(cluster, RELEASE, NAMESPACE, *model_sets(hub))
 
 
-def blob_bytes(hub: FakeHub) -> int:
-    return sum(hub.blob_bytes.values())
-
-
 def test_the_download_job_staged_every_file_once_and_the_group_serves(
     group: Installed, hub: FakeHub
 ) -> None:
@@ -97,13 +92,6 @@ def test_a_new_storage_class_for_the_claim_is_refused(group: Installed) -> None:
     assert "a claim's class cannot change" in result.stderr, result.stderr
 
 
-def download_jobs(group: Installed) -> dict[str, Obj]:
-    jobs = group.cluster.items(
-        "jobs", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=model-download"
-    )
-    return {j["metadata"]["name"]: j for j in jobs if not j["metadata"].get("deletionTimestamp")}
-
-
 def test_an_upgrade_that_only_makes_a_new_download_job_waits_for_it_and_rolls_no_pod(
     group: Installed, hub: FakeHub
 ) -> None:
@@ -112,7 +100,7 @@ def test_an_upgrade_that_only_makes_a_new_download_job_waits_for_it_and_rolls_no
     Job has completed; the Job finds every file on the claim and downloads nothing."""
     pods = {p["metadata"]["uid"] for role in ("head", "worker") for p in group.pods(role)}
     isvc = group.cluster.get("-n", NAMESPACE, f"inferenceservice/{group.isvc}")
-    before, sent = set(download_jobs(group)), blob_bytes(hub)
+    before, sent = set(group.cluster.download_jobs(NAMESPACE)), hub.blob_bytes.total()
     started = time.monotonic()
     group.upgrade("download.resources.limits.memory=8Gi")
     record(
@@ -120,20 +108,20 @@ def test_an_upgrade_that_only_makes_a_new_download_job_waits_for_it_and_rolls_no
         "helm4 upgrade download.resources",
         time.monotonic() - started,
     )
-    jobs = download_jobs(group)
+    jobs = group.cluster.download_jobs(NAMESPACE)
     [new] = set(jobs) - before
     assert jobs[new]["status"].get("succeeded") == 1
     assert {p["metadata"]["uid"] for role in ("head", "worker") for p in group.pods(role)} == pods
     again = group.cluster.get("-n", NAMESPACE, f"inferenceservice/{group.isvc}")
     assert again["metadata"]["generation"] == isvc["metadata"]["generation"]
-    assert blob_bytes(hub) == sent, "the new download Job downloaded again"
+    assert hub.blob_bytes.total() == sent, "the new download Job downloaded again"
     assert group.serves()
 
 
 def test_uninstall_keeps_the_claim_and_a_reinstall_serves_from_it_downloading_nothing(
     group: Installed, hub: FakeHub
 ) -> None:
-    sent = blob_bytes(hub)
+    sent = hub.blob_bytes.total()
     uid = group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)["metadata"]["uid"]
     group.cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
     assert group.cluster.items("inferenceservices", "-n", NAMESPACE) == []
@@ -141,4 +129,4 @@ def test_uninstall_keeps_the_claim_and_a_reinstall_serves_from_it_downloading_no
     again = install(group.cluster, RELEASE, NAMESPACE, *model_sets(hub))  # the group's lock held
     assert again.serves()
     assert group.cluster.get("pvc", "-n", NAMESPACE, CLAIM)["metadata"]["uid"] == uid
-    assert blob_bytes(hub) == sent, "the reinstall downloaded again"
+    assert hub.blob_bytes.total() == sent, "the reinstall downloaded again"

@@ -161,22 +161,17 @@ class Migration:
             if p.is_file() and not {".cache", ".multinode-llm"} & set(p.relative_to(folder).parts)
         }
 
-    def download_jobs(self) -> dict[str, Obj]:
-        jobs = self.cluster.items("jobs", "-n", self.ns,
-                                  "-l", "app.kubernetes.io/component=model-download")  # fmt: skip
-        return {j["metadata"]["name"]: j for j in jobs}
-
     def install_old(self) -> None:
         """The old chart's install: its hook claim, unstamped, and the model in the old layout,
         downloaded once."""
-        sent = blob_bytes(self.hub)
+        sent = self.hub.blob_bytes.total()
         self.helm_run("install", chart_dir("old"), *self.old_args())
         claim = self.claim_meta()
         assert claim["annotations"]["helm.sh/hook"] == "pre-install"
         assert RELEASE_NAME not in claim["annotations"]  # Helm stamps no hook
         assert sorted(self.files("main")) == sorted(self.model_files)
-        assert blob_bytes(self.hub) - sent == sum(self.model_files.values())
-        assert self.download_jobs()[self.old_job]["status"].get("succeeded") == 1
+        assert self.hub.blob_bytes.total() - sent == sum(self.model_files.values())
+        assert self.cluster.download_jobs(self.ns)[self.old_job]["status"].get("succeeded") == 1
         docs = self.model.rendered(self.cluster, chart_dir("old"), self.old_args())
         self.model.step(lambda client: client.install(self.release, self.ns, docs))
         agree(self.model, self.cluster)
@@ -200,15 +195,15 @@ class Migration:
     def take_ownership(self) -> None:
         """The README's move: the same claim, now the release's; the old files linked into
         today's layout, no byte downloaded; the old hook Job left; the group serves."""
-        uid, sent = self.claim_meta()["uid"], blob_bytes(self.hub)
+        uid, sent = self.claim_meta()["uid"], self.hub.blob_bytes.total()
         self.helm_run("upgrade", CHART, *self.new_args(), "--take-ownership", *WAIT[self.helm],
                       "--wait-for-jobs")  # fmt: skip
         claim = self.claim_meta()
         assert claim["uid"] == uid
         assert claim["annotations"][RELEASE_NAME] == self.release
-        assert blob_bytes(self.hub) == sent, "the new download Job downloaded again"
+        assert self.hub.blob_bytes.total() == sent, "the new download Job downloaded again"
         assert self.files("snapshots") == self.files("main"), "not hard links of the old files"
-        jobs = self.download_jobs()
+        jobs = self.cluster.download_jobs(self.ns)
         assert self.old_job in jobs  # left behind: the README says to delete it by hand
         assert all(j["status"].get("succeeded") == 1 for j in jobs.values())
         group = Installed(self.cluster, self.release, self.ns, f"{self.release}-multinode-llm")
@@ -216,10 +211,6 @@ class Migration:
         docs = self.model.rendered(self.cluster, CHART, self.new_args())
         self.model.step(lambda c: c.upgrade(self.release, self.ns, docs, take_ownership=True))
         agree(self.model, self.cluster)
-
-
-def blob_bytes(hub: FakeHub) -> int:
-    return sum(hub.blob_bytes.values())
 
 
 @pytest.mark.parametrize("helm", HELMS)
