@@ -8,10 +8,11 @@ Hugging Face Hub (the real Hub cannot be reached), whose byte counts say what wa
 One Application, one release, in order: a sync, wave by wave; the chart's InferenceService health
 check (installed in argocd-cm, as docs/kserve-releases.md says) as the group forms, serves, loses
 a member and heals; no diff after the sync; a head that cannot start (Degraded: the sync fails in
-wave 0); a download that fails (the sync fails in wave -1); the app's deletion. The model volume
-outlives each failure and the deletion. tests/lifecycle's Argo CD model (argo_model.py) takes the
-same steps where it can (it has no InferenceService health) and must agree with real Argo CD on
-what each applied, pruned and deleted.
+wave 0); a download that fails (the sync fails in wave -1); a switch to a claim of the user's; the
+app's deletion. The model volume outlives each failure and the deletion; an app made again with
+``keepOnUninstall: false`` adopts it and its deletion takes it. tests/lifecycle's Argo CD model
+(argo_model.py) takes the same steps where it can (it has no InferenceService health) and must
+agree with real Argo CD on what each applied, pruned and deleted.
 
 It runs on the chart's default KServe release, or on those of ``KSERVE_RELEASES``
 (``realcluster.releases_to_run``; ``tox -e cluster-argocd-releases``).
@@ -25,7 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from realcluster import (
     Clusters,
     Installed,
     RealCluster,
+    provide_storage_initializer,
     record,
     releases_to_run,
     serving_lock,
@@ -51,7 +53,7 @@ from realcluster import (
 )
 
 from tests.lifecycle.argo_model import ArgoCD
-from tests.lifecycle.charts import render
+from tests.lifecycle.charts import chart_dir, render
 from tests.lifecycle.cluster import Doc, FakeCluster, Key
 
 NAMESPACE = "argo-llm"
@@ -78,17 +80,22 @@ class Application:
 
     cluster: RealCluster
     values: Obj
-    health_seen: list[tuple[float, str]] = field(default_factory=list)
+    name: str = APP
+    namespace: str = NAMESPACE  # where the release goes
+
+    @property
+    def ref(self) -> str:
+        return f"applications.argoproj.io/{self.name}"
 
     def get(self) -> Obj:
-        return self.cluster.get("-n", argocd.NAMESPACE, f"applications.argoproj.io/{APP}")
+        return self.cluster.get("-n", argocd.NAMESPACE, self.ref)
 
     def manifest(self, repo: Path) -> Obj:
         return {
             "apiVersion": "argoproj.io/v1alpha1",
             "kind": "Application",
             "metadata": {
-                "name": APP,
+                "name": self.name,
                 "namespace": argocd.NAMESPACE,
                 # `argocd app delete` cascades through this finalizer.
                 "finalizers": ["resources-finalizer.argocd.argoproj.io"],
@@ -99,23 +106,30 @@ class Application:
                     "repoURL": f"file://{repo}",
                     "targetRevision": "HEAD",
                     "path": "charts/multinode-llm",
-                    "helm": {"releaseName": APP, "valuesObject": self.values},
+                    "helm": {"releaseName": self.name, "valuesObject": self.values},
                 },
-                "destination": {"server": "https://kubernetes.default.svc", "namespace": NAMESPACE},
+                "destination": {
+                    "server": "https://kubernetes.default.svc",
+                    "namespace": self.namespace,
+                },
             },
         }
+
+    def create(self, repo: Path) -> None:
+        """The Application, its chart from ``repo``."""
+        self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(self.manifest(repo)))
 
     def set_values(self, values: Obj) -> None:
         """Replace the Application's values (a JSON patch: a merge patch would keep old keys)."""
         self.values = values
         patch = [{"op": "replace", "path": "/spec/source/helm/valuesObject", "value": values}]
-        self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", f"applications.argoproj.io/{APP}",
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", self.ref,
                              "--type", "json", "-p", json.dumps(patch))  # fmt: skip
 
     def refresh(self) -> Obj:
         """A hard refresh (manifests rendered again, the diff computed again), then the app once
         the controller has taken it (it removes the annotation)."""
-        self.cluster.kubectl("-n", argocd.NAMESPACE, "annotate", f"applications.argoproj.io/{APP}",
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "annotate", self.ref,
                              "argocd.argoproj.io/refresh=hard", "--overwrite")  # fmt: skip
         wait_for(
             lambda: (
@@ -140,7 +154,7 @@ class Application:
         operation: Obj = {"initiatedBy": {"username": "tests"}, "sync": sync}
         before = (app.get("status") or {}).get("operationState", {}).get("startedAt")
         patch = json.dumps({"operation": operation, "status": {"operationState": None}})
-        self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", f"applications.argoproj.io/{APP}",
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "patch", self.ref,
                              "--type", "merge", "-p", patch)  # fmt: skip
 
         def finished() -> bool:
@@ -155,6 +169,12 @@ class Application:
         wait_for(finished, timeout, "Argo CD's sync operation to finish")
         state: Obj = self.get()["status"]["operationState"]
         return state
+
+    def delete(self) -> None:
+        """``argocd app delete``: the Application goes once its finalizer has deleted what it
+        tracks and may delete."""
+        self.cluster.kubectl("-n", argocd.NAMESPACE, "delete", self.ref, "--ignore-not-found",
+                             "--timeout=300s", timeout=330)  # fmt: skip
 
     def isvc_health(self) -> str:
         """The InferenceService's health as Argo CD records it (the chart's check)."""
@@ -216,9 +236,12 @@ def hub(cluster: RealCluster, tiny_model: Path) -> Iterator[FakeHub]:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A git repository holding the chart, as a GitOps repository holds it."""
-    folder = tmp_path_factory.mktemp("gitops") / "repo"
-    shutil.copytree(CHART, folder / "charts" / "multinode-llm")
+    return gitops_repo(CHART, tmp_path_factory.mktemp("gitops") / "repo")
+
+
+def gitops_repo(chart: Path, folder: Path) -> Path:
+    """A git repository holding ``chart``, as a GitOps repository holds it."""
+    shutil.copytree(chart, folder / "charts" / "multinode-llm")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
     for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "chart"]):
@@ -246,7 +269,7 @@ def app_values(cluster: RealCluster, hub: FakeHub, **more: Any) -> Obj:
 @pytest.fixture(scope="module")
 def app(cluster: RealCluster, hub: FakeHub, repo: Path) -> Iterator[Application]:
     application = Application(cluster, app_values(cluster, hub))
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(application.manifest(repo)))
+    application.create(repo)
     with serving_lock():
         yield application
     cluster.kubectl("-n", argocd.NAMESPACE, "delete", "applications.argoproj.io", APP,
@@ -382,7 +405,7 @@ def test_a_failed_sync_keeps_the_model_claim_and_its_model(
     at wave -1 and leaves the claim, with the model on it, as it was; the next good sync serves
     from it without downloading again."""
     claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
-    sent = sum(hub.blob_bytes.values())
+    sent = hub.blob_bytes.total()
     good = app.values
     model = modelled(good)
     missing = {**good["model"], "uri": "hf://org/missing"}
@@ -405,7 +428,7 @@ def test_a_failed_sync_keeps_the_model_claim_and_its_model(
     state = app.sync()
     assert state["phase"] == "Succeeded", state.get("message")
     assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
-    assert sum(hub.blob_bytes.values()) == sent, "the good sync downloaded the model again"
+    assert hub.blob_bytes.total() == sent, "the good sync downloaded the model again"
     assert group(app).serves()
     operation = model.sync(APP, NAMESPACE, rendered(good), prune=True)
     assert operation.phase == state["phase"]
@@ -457,8 +480,7 @@ def test_deleting_the_app_keeps_the_claim_as_keep_on_uninstall_says(
     # sync pruned and the garbage collector has since removed.
     listed = {(r["kind"], r["name"]) for r in app.refresh()["status"]["resources"]}
     tracked = {(kind, name) for kind, name in listed if exists(app.cluster, kind, name)}
-    app.cluster.kubectl("-n", argocd.NAMESPACE, "delete", "applications.argoproj.io", APP,
-                        "--timeout=300s", timeout=330)  # fmt: skip
+    app.delete()
     assert app.cluster.items("inferenceservices", "-n", NAMESPACE) == []
     assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
     left = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
@@ -466,9 +488,109 @@ def test_deleting_the_app_keeps_the_claim_as_keep_on_uninstall_says(
     assert left == {("PersistentVolumeClaim", CLAIM)}
 
 
-def exists(cluster: RealCluster, kind: str, name: str) -> bool:
-    found = cluster.kubectl("get", "-n", NAMESPACE, kind, name, "--ignore-not-found", "-o", "name")
+def test_an_app_that_lets_the_claim_go_deletes_it_with_the_rest(
+    app: Application, first_sync: tuple[Obj, list[str]], hub: FakeHub, repo: Path
+) -> None:
+    """``keepOnUninstall: false``, the other answer: an Application made again over the kept
+    claim adopts it (the group serves from it, nothing downloaded again), and its deletion takes
+    the claim with everything else, as the model says."""
+    claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
+    sent = hub.blob_bytes.total()
+    values = app_values(app.cluster, hub)  # hf:// again: the last app had moved to pvc://
+    values["model"]["storage"]["keepOnUninstall"] = False
+    again = Application(app.cluster, values)
+    again.create(repo)
+    state = again.sync()
+    assert state["phase"] == "Succeeded", outcome(state)
+    assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
+    assert hub.blob_bytes.total() == sent, "the adopted claim's model was downloaded again"
+    assert group(again).serves()
+    tracked = {(r["kind"], r["name"]) for r in again.refresh()["status"]["resources"]}
+    tracked = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
+    assert ("PersistentVolumeClaim", CLAIM) in tracked
+    again.delete()
+    # The claim's protection finalizer holds it until the last pod using it has gone.
+    wait_for(
+        lambda: not exists(app.cluster, "PersistentVolumeClaim", CLAIM), 180, "the claim deleted"
+    )
+    left = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
+    assert left == set()
+    assert names(modelled(again.values).delete_app(APP)) == tracked
+
+
+def test_the_old_chart_loses_its_claim_to_a_failed_sync(
+    cluster: RealCluster, hub: FakeHub, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The finding the lifecycle fixes began with, on the chart before them (OLD_COMMIT): its
+    claim is a PreSync hook with delete policy HookFailed, and a sync whose download fails deletes
+    it, as argo_model.py says (tests/lifecycle/test_model_volume.py's ``old`` case). The download
+    runs on a FAKE of KServe's storage-initializer image, as in test_migration.py; it fails on a
+    repo the Hub does not have, in PreSync, so no group starts."""
+    provide_storage_initializer(cluster, f"docker.io/kserve/storage-initializer:v{cluster.kserve}")
+    repo = gitops_repo(chart_dir("old"), tmp_path_factory.mktemp("gitops-old") / "repo")
+    values: Obj = {
+        "model": {"uri": "hf://org/missing", "storage": {"size": "1Gi"}},
+        "modelCache": {"endpoint": hub.url},
+        "kserve": {"version": cluster.kserve},
+        # Its default, a ClusterServingRuntime, is refused beside KServe's built-in one
+        # (test_migration.py's Migration.old_args says why).
+        "runtime": {"scope": "Namespace"},
+        "download": {"backoffLimit": 0},
+    }
+    old = Application(cluster, values, name="old", namespace="argo-old")
+    claim, job = f"{old.name}-multinode-llm-model", f"{old.name}-multinode-llm-download"
+    cluster.kubectl("create", "namespace", old.namespace)
+    old.create(repo)
+    try:
+        state = old.sync(timeout=300)
+        assert state["phase"] == "Failed", outcome(state)
+        hooks = {(r["kind"], r["name"]): r for r in state["syncResult"]["resources"]}
+        assert hooks[("PersistentVolumeClaim", claim)].get("hookType") == "PreSync", hooks
+        # Deleted, though not gone: the failed download's pod (kept until the next sync's
+        # BeforeHookCreation deletes its Job) still names the claim, so the claim's protection
+        # finalizer holds it, and whatever it holds goes with it then.
+        wait_for(
+            lambda: deleted(cluster, "PersistentVolumeClaim", claim, old.namespace),
+            120,
+            "the failed sync to delete the old chart's claim",
+        )
+        model = ArgoCD(FakeCluster(job_fails=is_download))
+        docs = render("helm4", "old", values, namespace=old.namespace, base=False, release=old.name)
+        operation = model.sync(old.name, old.namespace, docs)
+        assert operation.phase == state["phase"]
+        assert names(operation.deleted_hooks) == {("PersistentVolumeClaim", claim)}
+        # The way out is by hand: deleting the app would wait on the claim for ever, for
+        # Argo CD deletes nothing more while a tracked object is being deleted
+        # (finalizeApplicationDeletion, controller/appcontroller.go, v3.5.1). Without the Job
+        # the claim goes.
+        delete_job(cluster, job, old.namespace)
+        wait_for(
+            lambda: not exists(cluster, "PersistentVolumeClaim", claim, old.namespace),
+            120,
+            "the old chart's claim gone",
+        )
+    finally:
+        delete_job(cluster, job, old.namespace)
+        old.delete()
+        cluster.kubectl("delete", "namespace", old.namespace, "--wait=false")
+
+
+def exists(cluster: RealCluster, kind: str, name: str, namespace: str = NAMESPACE) -> bool:
+    found = cluster.kubectl("get", "-n", namespace, kind, name, "--ignore-not-found", "-o", "name")
     return bool(found.strip())
+
+
+def delete_job(cluster: RealCluster, job: str, namespace: str) -> None:
+    """``job`` and its pods, once they are gone."""
+    cluster.kubectl("-n", namespace, "delete", "job", job, "--ignore-not-found",
+                    "--cascade=foreground", "--timeout=120s", timeout=150)  # fmt: skip
+
+
+def deleted(cluster: RealCluster, kind: str, name: str, namespace: str) -> bool:
+    """Whether ``name`` is gone or has been asked to go (a finalizer may hold it a while)."""
+    fields = "jsonpath={.metadata.name} {.metadata.deletionTimestamp}"
+    found = cluster.kubectl("get", "-n", namespace, kind, name, "--ignore-not-found", "-o", fields)
+    return len(found.split()) != 1  # none: gone; two: the name and its deletion's time
 
 
 def modelled(values: Obj) -> ArgoCD:

@@ -102,11 +102,12 @@ def render(
     *,
     namespace: str = "serving",
     base: bool = True,
+    release: str = "llm",
 ) -> list[Doc]:
     """The documents of a render that must succeed (a fresh copy each call)."""
     given = values or {}
     merged = chartlib.deep_merge(BASE, given) if base else given
-    docs = _documents(major, which, "llm", namespace, json.dumps(merged, sort_keys=True))
+    docs = _documents(major, which, release, namespace, json.dumps(merged, sort_keys=True))
     return copy.deepcopy(docs)
 
 
