@@ -199,7 +199,8 @@ def test_an_upgrade_that_reaches_the_pods_rolls_the_group_once(
     assert f"{group.isvc}-head-2" in services, sorted(services)
     if not releases.get(group.cluster.kserve).controller.head_service_cleanup:
         # 0.15.x and 0.16.0 keep only the 3 newest head Services of the whole cluster
-        # (cleanHeadSvc, reconcilers/service/service_reconciler.go): with two groups the
+        # (cleanHeadSvc, reconcilers/service/service_reconciler.go at v0.15.0, v0.15.2 and
+        # v0.16.0; kserve-releases.yaml's headServiceCleanup): with two groups the
         # first's generation-1 Service may be gone.
         assert f"{group.isvc}-head-1" in services, sorted(services)
     now = readiness_jobs(group)

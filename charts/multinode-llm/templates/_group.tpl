@@ -247,9 +247,9 @@ its current generation (the backend labels both roles with the group's name) */}
 {{- /* A hash of everything that restarts the group: the runtime's spec, the InferenceService's
 labels and annotations (KServe copies both into the pod templates) and its whole predictor, but
 not the runtime's name (the hash names it). The Deployments' own settings (strategy, replicas) are
-in it too: a change of them is a new generation, which KServe writes into both pod templates, so
-the group restarts, and the readiness Job (named after this hash) must wait for it. Context:
-root. */}}
+in it too: a change of them is a new generation, which KServe writes into both pod templates
+(label isvc.generation: components/predictor.go, v0.15.0 to v0.20.0), so the group restarts, and
+the readiness Job (named after this hash) must wait for it. Context: root. */}}
 {{- define "multinode-llm.groupSpec" -}}
 {{- $isvcMeta := dict "labels" .Values.inferenceService.labels "annotations" .Values.inferenceService.annotations }}
 {{- $_ := set $isvcMeta "kserve" (list (include "multinode-llm.deploymentMode" .) (include "multinode-llm.requiredAutoscalerClass" .) (include "multinode-llm.gpuTypesAnnotation" .)) }}
