@@ -176,6 +176,12 @@ class Application:
         self.cluster.kubectl("-n", argocd.NAMESPACE, "delete", self.ref, "--ignore-not-found",
                              "--timeout=300s", timeout=330)  # fmt: skip
 
+    def tracked(self) -> set[tuple[str, str]]:
+        """What the app tracks and still exists (kind, name): its status can still list an
+        object an earlier sync pruned and the garbage collector has since removed."""
+        listed = {(r["kind"], r["name"]) for r in self.refresh()["status"]["resources"]}
+        return present(self.cluster, listed, self.namespace)
+
     def isvc_health(self) -> str:
         """The InferenceService's health as Argo CD records it (the chart's check)."""
         for resource in (self.get().get("status") or {}).get("resources") or []:
@@ -476,14 +482,11 @@ def test_deleting_the_app_keeps_the_claim_as_keep_on_uninstall_says(
     """A cascading deletion (the finalizer `argocd app delete` uses) takes what the app tracks
     but the claim (keepOnUninstall, the default: ``Delete=false``), as the model says."""
     claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
-    # What the app tracks and still exists: its status can still list an object an earlier
-    # sync pruned and the garbage collector has since removed.
-    listed = {(r["kind"], r["name"]) for r in app.refresh()["status"]["resources"]}
-    tracked = {(kind, name) for kind, name in listed if exists(app.cluster, kind, name)}
+    tracked = app.tracked()
     app.delete()
     assert app.cluster.items("inferenceservices", "-n", NAMESPACE) == []
     assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
-    left = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
+    left = present(app.cluster, tracked)
     assert names(modelled(app.values).delete_app(APP)) == tracked - left
     assert left == {("PersistentVolumeClaim", CLAIM)}
 
@@ -505,16 +508,14 @@ def test_an_app_that_lets_the_claim_go_deletes_it_with_the_rest(
     assert app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"] == claim
     assert hub.blob_bytes.total() == sent, "the adopted claim's model was downloaded again"
     assert group(again).serves()
-    tracked = {(r["kind"], r["name"]) for r in again.refresh()["status"]["resources"]}
-    tracked = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
+    tracked = again.tracked()
     assert ("PersistentVolumeClaim", CLAIM) in tracked
     again.delete()
     # The claim's protection finalizer holds it until the last pod using it has gone.
     wait_for(
         lambda: not exists(app.cluster, "PersistentVolumeClaim", CLAIM), 180, "the claim deleted"
     )
-    left = {(kind, name) for kind, name in tracked if exists(app.cluster, kind, name)}
-    assert left == set()
+    assert present(app.cluster, tracked) == set()
     assert names(modelled(again.values).delete_app(APP)) == tracked
 
 
@@ -573,6 +574,13 @@ def test_the_old_chart_loses_its_claim_to_a_failed_sync(
         delete_job(cluster, job, old.namespace)
         old.delete()
         cluster.kubectl("delete", "namespace", old.namespace, "--wait=false")
+
+
+def present(
+    cluster: RealCluster, keys: set[tuple[str, str]], namespace: str = NAMESPACE
+) -> set[tuple[str, str]]:
+    """Those of ``keys`` (kind, name) that exist in ``namespace``."""
+    return {(kind, name) for kind, name in keys if exists(cluster, kind, name, namespace)}
 
 
 def exists(cluster: RealCluster, kind: str, name: str, namespace: str = NAMESPACE) -> bool:
