@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from multinode_llm_local import kserve
+from multinode_llm_local.controlplane.kserve import unserved
 from multinode_llm_local.kserve import releases
 from multinode_llm_testing.chartlib import CHART, ROOT, hack_script, helm, template
 
@@ -182,6 +183,21 @@ def test_the_wait_covers_every_restart_and_only_a_restart(outcomes: dict[str, An
     readiness Job: every row that restarts pods makes one, and no other row does (its Job would
     wait for a head that never comes, to its deadline)."""
     assert matrix().unwaited(list(outcomes.values())) == []
+
+
+# tests/cluster/test_releases.py holds each built release's real runs to the same rule; these
+# are the supported releases whose Go module the proxy refuses (local/go/unserved.yaml).
+UNBUILT = [v for v in releases.versions("supported") if v in unserved()]
+
+
+@pytest.mark.parametrize("version", UNBUILT)
+def test_the_wait_covers_every_restart_on_a_release_no_cluster_runs(version: str) -> None:
+    """The rule above on the emulation of a release no cluster here can run."""
+    if not helm("helm4").exists():
+        pytest.skip(f"{helm('helm4')} missing: run `bash hack/install-tools.sh`")
+    module = matrix()
+    changes = [c for c in module.CHANGES if module.accepted(c, version)]
+    assert module.unwaited(module.measure_all(release=version, changes=changes)) == []
 
 
 def test_no_job_keeps_its_name_with_a_new_spec(outcomes: dict[str, Any]) -> None:
