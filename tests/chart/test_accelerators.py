@@ -180,7 +180,7 @@ def test_a_value_whose_variable_the_vendor_lacks_is_refused_naming_it(major: str
 
 
 def test_the_vendors_own_variables_are_reserved_in_head_env(major: str) -> None:
-    values = {
+    values: dict[str, Any] = {
         **MODEL,
         "gpu": {"resourceName": "habana.ai/gaudi"},
         "image": {"repository": OWN_IMAGE},

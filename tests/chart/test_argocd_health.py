@@ -54,7 +54,9 @@ def to_lua(runtime: Any, value: Any) -> Any:
     return value
 
 
-def isvc(version: str, head: dict[str, Any], worker: dict[str, Any], **model: Any) -> dict:
+def isvc(
+    version: str, head: dict[str, Any], worker: dict[str, Any], **model: Any
+) -> dict[str, Any]:
     conditions = status.conditions(releases.get(version), head, worker)
     listed = [{"type": kind, **value} for kind, value in conditions.items()]
     return {"status": {"conditions": listed, **({"modelStatus": model} if model else {})}}

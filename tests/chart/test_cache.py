@@ -42,7 +42,8 @@ def cache_objects(major: str, values: dict[str, Any]) -> dict[str, dict[str, Any
 
 
 def container(daemonset: dict[str, Any]) -> dict[str, Any]:
-    [cache] = daemonset["spec"]["template"]["spec"]["containers"]
+    containers: list[dict[str, Any]] = daemonset["spec"]["template"]["spec"]["containers"]
+    [cache] = containers
     return cache
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multinode_llm_testing.chartlib import Render, deep_merge, template
+from multinode_llm_testing.chartlib import NAMESPACE, RELEASE, Render, deep_merge, template
 
 LOCAL_DIR = "/var/cache/multinode-llm/compile"
 SHARED_DIR = "/var/cache/multinode-llm/shared"
@@ -42,11 +42,11 @@ def mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["name"]: m for m in container.get("volumeMounts", [])}
 
 
-def key_of(major: str, values: dict[str, Any], **where: str) -> str:
-    [key] = {
-        env(c)["MULTINODE_LLM_COMPILE_CACHE_KEY"]
-        for c in containers(template(major, values=values, **where)).values()
-    }
+def key_of(
+    major: str, values: dict[str, Any], release: str = RELEASE, namespace: str = NAMESPACE
+) -> str:
+    render = template(major, values=values, release=release, namespace=namespace)
+    [key] = {env(c)["MULTINODE_LLM_COMPILE_CACHE_KEY"] for c in containers(render).values()}
     return key
 
 

@@ -31,16 +31,23 @@ from multinode_llm_testing.chartlib import (
 
 TABLE = kserve_releases()
 SUPPORTED = [v for v, r in TABLE["releases"].items() if r["status"] == "supported"]
-HF = {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "parallelism": {"tensor": 2}}
+HF: dict[str, Any] = {
+    "model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct"},
+    "parallelism": {"tensor": 2},
+}
 
 
-def render(version: str, values: dict[str, Any] | None = None, **kwargs: Any) -> list[dict]:
+def render(
+    version: str, values: dict[str, Any] | None = None, **kwargs: Any
+) -> list[dict[str, Any]]:
     given = copy.deepcopy(values or HF)
     given.setdefault("kserve", {})["version"] = version
     return template("helm4", values=given, **kwargs).documents()
 
 
-def admitted(version: str, *releases_: tuple[str, str, list[dict]]) -> list[kserve.Reconciled]:
+def admitted(
+    version: str, *releases_: tuple[str, str, list[dict[str, Any]]]
+) -> list[kserve.Reconciled]:
     """A cluster running KServe ``version`` with each (release, namespace, objects) installed."""
     cluster = kserve.Cluster(releases.get(version))
     for name, namespace, objects in releases_:
@@ -382,7 +389,7 @@ def test_the_readiness_job_is_new_exactly_when_the_group_restarts() -> None:
 
     base = ready()
     assert ready(**{"tests.prompt": "hi"}) == base
-    restarts = [
+    restarts: list[dict[str, Any]] = [
         {"image.tag": "v2"},
         {"vllm.args": ["--x"]},
         {"parallelism.tensor": 4},

@@ -204,7 +204,8 @@ def test_no_readiness_job_waits_for_zero_groups() -> None:
 def test_the_group_spec_moves_with_the_pods_and_not_with_the_replicas() -> None:
     def spec(values: dict[str, Any]) -> str:
         env = _containers(rendered(values))["head"]["env"]
-        return next(e["value"] for e in env if e["name"] == "MULTINODE_LLM_GROUP_SPEC")
+        found: str = next(e["value"] for e in env if e["name"] == "MULTINODE_LLM_GROUP_SPEC")
+        return found
 
     base = spec(LWS)
     assert spec(with_values(groups={"replicas": 5})) == base

@@ -99,9 +99,10 @@ def as_values(path: str, keys: set[str]) -> dict[str, Any]:
         if path.endswith(".env")
         else dict.fromkeys(sorted(keys), "x")
     )
+    values: dict[str, Any] = leaf
     for part in reversed(path.split(".")):
-        leaf = {part: leaf}
-    return leaf
+        values = {part: values}
+    return values
 
 
 def expected(path: str, keys: set[str]) -> list[tuple[str, ...]]:

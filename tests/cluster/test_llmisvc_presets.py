@@ -61,7 +61,8 @@ def merge() -> Any:
 
 
 def main(pod: Obj) -> Obj:
-    [container] = [c for c in pod["containers"] if c["name"] == "main"]
+    containers: list[Obj] = pod["containers"]
+    [container] = [c for c in containers if c["name"] == "main"]
     return container
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from multinode_llm.config import DEFAULT_STATUS_PORT as STATUS_PORT
 from multinode_llm.errors import UserError
 from multinode_llm_local import cluster
+from multinode_llm_local.chart import find_chart, find_helm
 from multinode_llm_local.netns import namespaces_with_prefix
 from multinode_llm_local.state import ClusterPlan, ClusterState, process_alive
 from multinode_llm_testing.locks import vllm_lock
@@ -54,7 +55,7 @@ def group_prerequisites(serving: bool = True) -> str:
         if importlib.util.find_spec(module) is None:
             return f"needs {module}: run through tox -e e2e (it installs the cpu extra and openai)"
     try:
-        cluster.find_helm(cluster.find_chart())
+        find_helm(find_chart())
     except UserError as error:
         return str(error)
     return ""

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from multinode_llm.errors import UserError
 from multinode_llm_local import cluster, kserve
+from multinode_llm_local.chart import find_chart, find_helm
 from multinode_llm_local.k8s import env_value
 from multinode_llm_local.pods import PodIdentity, plan_pod
 
@@ -17,8 +18,8 @@ from multinode_llm_local.pods import PodIdentity, plan_pod
 @pytest.fixture(scope="module")
 def chart() -> Path:
     try:
-        chart = cluster.find_chart()
-        cluster.find_helm(chart)
+        chart = find_chart()
+        find_helm(chart)
     except UserError as error:
         pytest.skip(str(error))
     return chart

@@ -9,15 +9,17 @@ import urllib.request
 from typing import Any, Protocol
 
 
-class Served(Protocol):
+class Reachable(Protocol):
     @property
     def base_url(self) -> str: ...
 
+
+class Served(Reachable, Protocol):
     @property
     def model(self) -> str: ...
 
 
-def get(group: Served, path: str) -> tuple[int, str]:
+def get(group: Reachable, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(group.base_url + path, timeout=30) as response:
             return response.status, response.read().decode()
@@ -25,7 +27,7 @@ def get(group: Served, path: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def post(group: Served, path: str, body: dict[str, Any]) -> tuple[int, str]:
+def post(group: Reachable, path: str, body: dict[str, Any]) -> tuple[int, str]:
     request = urllib.request.Request(
         group.base_url + path,
         data=json.dumps(body).encode(),
