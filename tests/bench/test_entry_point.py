@@ -27,18 +27,24 @@ def quick_run(
     return run_quick(results, "cache-warm", "cache-fanout", timeout=540), results
 
 
-def test_quick_run_exits_zero_and_prints_the_table(quick_run) -> None:
+def test_quick_run_exits_zero_and_prints_the_table(
+    quick_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     run, _ = quick_run
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ratio (range)" in run.stdout
 
 
-def test_results_json_has_one_well_formed_record_per_figure(quick_run) -> None:
+def test_results_json_has_one_well_formed_record_per_figure(
+    quick_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     _, results = quick_run
     check_results(results, {"cache"})
 
 
-def test_report_links_plots_that_exist(quick_run) -> None:
+def test_report_links_plots_that_exist(
+    quick_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     _, results = quick_run
     check_report(results)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,9 @@ def _recovery(serving: float, fault: str) -> group.Recovery:
     return group.Recovery(stages, "Error")
 
 
-def _measured(cold: float, faults: dict[str, float], deployments: tuple[float, float] | None):
+def _measured(
+    cold: float, faults: dict[str, float], deployments: tuple[float, float] | None
+) -> group.Measured:
     runs = group.Measured(
         starts=[_start(cold), _start(cold + 2.0), _start(cold - 2.0)],
         throughput=[30.0, 31.0, 29.0],
@@ -63,7 +66,7 @@ def _measured(cold: float, faults: dict[str, float], deployments: tuple[float, f
     return runs
 
 
-def _figures(options: group.Options, measured: dict[str, group.Measured]) -> list[dict]:
+def _figures(options: group.Options, measured: dict[str, group.Measured]) -> list[dict[str, Any]]:
     plain = group.Plain(seconds=PLAIN_S, throughput=[90.0] * 3, warm=27.0)
     if "plain-warm" not in options.scenarios:
         plain.warm = None
@@ -71,7 +74,7 @@ def _figures(options: group.Options, measured: dict[str, group.Measured]) -> lis
     return [json.loads(json.dumps(figure.record())) for figure in figures]
 
 
-def _by_name(figures: list[dict], name: str) -> dict:
+def _by_name(figures: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next(figure for figure in figures if figure["name"] == name)
 
 
@@ -100,7 +103,9 @@ def test_quick_run_is_one_start_per_executor_whose_worker_is_killed() -> None:
     assert (full.repetitions, full.scenarios, full.executors) == (3, group.SCENARIOS, ("mp",))
 
 
-def test_unknown_scenarios_and_too_few_repetitions_are_refused(capsys) -> None:
+def test_unknown_scenarios_and_too_few_repetitions_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit):
         entry._parse(["--scenarios", "worker,crash"])
     assert "unknown scenario(s) crash: choose from restart, head, worker" in capsys.readouterr().err

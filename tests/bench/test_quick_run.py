@@ -29,14 +29,16 @@ def quick_run(
     return run_quick(results, timeout=1500), results
 
 
-def test_quick_run_exits_zero(quick_run) -> None:
+def test_quick_run_exits_zero(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     run, results = quick_run
     assert run.returncode == 0, run.stderr[-3000:]
     check_results(results, {"serving", "startup", "cache"})
     check_report(results)
 
 
-def test_group_benchmark_measures_mp_ray_and_plain_side_by_side(quick_run) -> None:
+def test_group_benchmark_measures_mp_ray_and_plain_side_by_side(
+    quick_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     run, results = quick_run
     found = figures(results)
     startup = [f for f in found if f["benchmark"] == "startup"]

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download, snapshot_download
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-from multinode_llm_testing.cache import assert_same_files, model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.cache import CacheProcess, assert_same_files, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 SHARD = "model-00001-of-00002.safetensors"
 
 
-def test_one_identity_cached_gated_file_never_reaches_another(fake_hub, start_cache, tmp_path):
+def test_one_identity_cached_gated_file_never_reaches_another(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=10)
     repo = fake_hub.add(FakeRepo("org/gated", files, gated=True, readers={"alice"}))
     cache = start_cache()
@@ -46,7 +49,9 @@ def test_one_identity_cached_gated_file_never_reaches_another(fake_hub, start_ca
         assert files[SHARD][:64] not in body
 
 
-def test_private_repo_listings_and_files_stay_private(fake_hub, start_cache, tmp_path):
+def test_private_repo_listings_and_files_stay_private(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=11)
     repo = fake_hub.add(FakeRepo("org/private", files, private=True, readers={"alice"}))
     cache = start_cache()
@@ -68,7 +73,9 @@ def test_private_repo_listings_and_files_stay_private(fake_hub, start_cache, tmp
     assert files[SHARD][:64] not in body
 
 
-def test_access_decisions_expire(fake_hub, start_cache, tmp_path):
+def test_access_decisions_expire(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=12)
     repo = fake_hub.add(FakeRepo("org/revoked", files, gated=True, readers={"alice"}))
     cache = start_cache("--auth-ttl", "1")
@@ -106,7 +113,9 @@ TRICKS = [
 
 
 @pytest.mark.parametrize("path", TRICKS)
-def test_path_tricks_get_400_and_never_reach_upstream(fake_hub, start_cache, path):
+def test_path_tricks_get_400_and_never_reach_upstream(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], path: str
+) -> None:
     fake_hub.add(FakeRepo("org/model", model_files(seed=13)))
     cache = start_cache()
     fake_hub.reset_counts()
@@ -117,7 +126,7 @@ def test_path_tricks_get_400_and_never_reach_upstream(fake_hub, start_cache, pat
     assert fake_hub.requests.total() == 0, f"{path} reached upstream: {dict(fake_hub.requests)}"
 
 
-def test_the_cache_only_reads(fake_hub, start_cache):
+def test_the_cache_only_reads(fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]) -> None:
     fake_hub.add(FakeRepo("org/model", model_files(seed=14)))
     cache = start_cache()
     for method, path in (

@@ -23,7 +23,7 @@ LABELS = ("one_client", "2_clients", "range")
     shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
     reason="the benchmark's baseline is Debian's nginx: apt-get install nginx-light",
 )
-def test_cache_vs_nginx_benchmark_runs(tmp_path):
+def test_cache_vs_nginx_benchmark_runs(tmp_path: Path) -> None:
     command = [
         sys.executable,
         str(BENCH),
@@ -64,7 +64,7 @@ def test_cache_vs_nginx_benchmark_runs(tmp_path):
     ]
 
 
-def test_cpu_seconds_count_every_thread_of_the_process():
+def test_cpu_seconds_count_every_thread_of_the_process() -> None:
     before = cache_vs_nginx.cpu_seconds((os.getpid(),))
     spent = time.process_time()
     while time.process_time() - spent < 0.3:
@@ -72,7 +72,7 @@ def test_cpu_seconds_count_every_thread_of_the_process():
     assert cache_vs_nginx.cpu_seconds((os.getpid(),)) - before >= 0.2
 
 
-def test_a_servers_processes_are_it_and_its_children():
+def test_a_servers_processes_are_it_and_its_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert cache_vs_nginx.with_children(os.getpid()) == (os.getpid(), child.pid)
@@ -81,7 +81,7 @@ def test_a_servers_processes_are_it_and_its_children():
         child.wait()
 
 
-def test_a_cpu_figure_whose_nginx_cpu_read_zero_is_skipped_with_its_reason():
+def test_a_cpu_figure_whose_nginx_cpu_read_zero_is_skipped_with_its_reason() -> None:
     results: dict[str, float] = {"clients": 2, "size_bytes": 4 << 20, "runs": 2}
     results |= {"load_before": 0.0, "load_after": 0.0}
     for label in LABELS:

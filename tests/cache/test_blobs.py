@@ -5,23 +5,29 @@ from __future__ import annotations
 import asyncio
 import http.client
 import socket
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 from huggingface_hub import constants, hf_hub_download
 from multinode_llm.cache import fills, responses, routes
+from multinode_llm.cache.ranges import ByteRange
 from multinode_llm.cache.server import Settings, running
-from multinode_llm_testing.cache import model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm.cache.store import BlobKey
+from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.ports import free_port
 from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
 
 
-def test_range_requests_answer_206_clamped_and_416_past_the_end(fake_hub, start_cache):
+def test_range_requests_answer_206_clamped_and_416_past_the_end(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = model_files(seed=20)
     repo = fake_hub.add(FakeRepo("org/ranges", files))
     cache = start_cache()
@@ -69,7 +75,9 @@ def test_range_requests_answer_206_clamped_and_416_past_the_end(fake_hub, start_
     assert fake_hub.blob_gets[SHARD] == 1
 
 
-def test_readers_share_one_fill_while_it_is_in_flight(fake_hub, start_cache):
+def test_readers_share_one_fill_while_it_is_in_flight(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     content = model_files(seed=21, shard_size=6 << 20)[SHARD]
     repo = fake_hub.add(FakeRepo("org/slow", {SHARD: content}))
     fake_hub.bytes_per_second = 4 << 20  # 1.5 s for the whole blob
@@ -93,7 +101,9 @@ def test_readers_share_one_fill_while_it_is_in_flight(fake_hub, start_cache):
     assert metrics["coalesced_total"] + metrics["hits_total"] == len(ranges) - 1
 
 
-def test_a_fill_survives_the_client_that_started_it(fake_hub, start_cache):
+def test_a_fill_survives_the_client_that_started_it(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     content = model_files(seed=22, shard_size=4 << 20)[SHARD]
     repo = fake_hub.add(FakeRepo("org/left", {SHARD: content}))
     fake_hub.bytes_per_second = 4 << 20
@@ -118,7 +128,9 @@ def test_a_fill_survives_the_client_that_started_it(fake_hub, start_cache):
 
 
 @pytest.mark.parametrize("path", [SHARD, "config.json"])  # a sha256 (LFS) and a git sha1 file
-def test_corrupted_upstream_bytes_are_never_served(fake_hub, start_cache, tmp_path, path):
+def test_corrupted_upstream_bytes_are_never_served(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path, path: str
+) -> None:
     files = model_files(seed=23, shard_size=3 << 20)
     repo = fake_hub.add(FakeRepo("org/corrupt", files))
     fake_hub.corrupt.add(path)
@@ -140,8 +152,11 @@ def test_corrupted_upstream_bytes_are_never_served(fake_hub, start_cache, tmp_pa
 
 
 def test_clients_waiting_for_a_long_fill_do_not_time_out(
-    fake_hub, start_cache, tmp_path, monkeypatch
-):
+    fake_hub: FakeHub,
+    start_cache: Callable[..., CacheProcess],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Nothing is sent before the blob is verified; meanwhile interim responses (100 Continue)
     keep each client's read timeout from expiring, and every client skips them."""
     content = model_files(seed=29, shard_size=6 << 20)[SHARD]
@@ -169,7 +184,9 @@ def test_clients_waiting_for_a_long_fill_do_not_time_out(
     ), "a client gave up and asked again"
 
 
-def test_least_recently_used_blobs_go_first_under_the_size_limit(fake_hub, start_cache):
+def test_least_recently_used_blobs_go_first_under_the_size_limit(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     rng_files = model_files(seed=24)
     shards = {f"s{i}.safetensors": rng_files[SHARD][i * 1000 :] + bytes([i]) for i in range(4)}
     repo = fake_hub.add(FakeRepo("org/lru", shards))
@@ -199,7 +216,9 @@ def test_least_recently_used_blobs_go_first_under_the_size_limit(fake_hub, start
     assert fake_hub.blob_gets["s1.safetensors"] == 1
 
 
-def test_a_blob_larger_than_the_store_is_refused_with_the_fix(fake_hub, start_cache):
+def test_a_blob_larger_than_the_store_is_refused_with_the_fix(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = model_files(seed=25)
     repo = fake_hub.add(FakeRepo("org/big", files))
     cache = start_cache("--max-store-size", "1Mi")
@@ -208,7 +227,9 @@ def test_a_blob_larger_than_the_store_is_refused_with_the_fix(fake_hub, start_ca
     assert "--max-store-size" in headers["X-Error-Message"]
 
 
-def test_a_warm_cache_serves_while_the_hub_is_down(fake_hub, start_cache, tmp_path):
+def test_a_warm_cache_serves_while_the_hub_is_down(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=26)
     fake_hub.add(FakeRepo("org/offline", files))
     cache = start_cache("--ref-ttl", "0", "--auth-ttl", "0")
@@ -219,8 +240,8 @@ def test_a_warm_cache_serves_while_the_hub_is_down(fake_hub, start_cache, tmp_pa
 
 
 def test_many_clients_at_once_get_whole_blobs_and_ranges_and_every_byte_is_counted(
-    fake_hub, start_cache
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     """More transfers at once than the cache ever had sender threads, all from the event loop;
     ``served_bytes_total`` counts exactly the body bytes that left."""
     content = model_files(seed=30)[SHARD]
@@ -250,14 +271,14 @@ def test_many_clients_at_once_get_whole_blobs_and_ranges_and_every_byte_is_count
 
 
 def test_a_body_behind_bytes_the_transport_still_holds_goes_by_asyncios_sendfile(
-    fake_hub, tmp_path, monkeypatch
-):
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In-process, with every transport reporting bytes it still holds (headers a full socket did
     not take): the body waits for them and goes out by asyncio's sendfile, intact and counted."""
     files = model_files(seed=27)
     repo = fake_hub.add(FakeRepo("org/busy", files))
     monkeypatch.setattr(
-        asyncio.selector_events._SelectorSocketTransport, "get_write_buffer_size", lambda _: 1
+        "asyncio.selector_events._SelectorSocketTransport.get_write_buffer_size", lambda _: 1
     )
     settings = Settings(
         upstream=fake_hub.url, store=tmp_path / "store", port=free_port(), host="127.0.0.1"
@@ -275,7 +296,9 @@ def test_a_body_behind_bytes_the_transport_still_holds_goes_by_asyncios_sendfile
     assert asyncio.run(download_twice()) == [files[SHARD]] * 2
 
 
-def test_a_client_that_stops_reading_a_stored_blob_is_dropped(fake_hub, tmp_path, monkeypatch):
+def test_a_client_that_stops_reading_a_stored_blob_is_dropped(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In-process, with STALL_TIMEOUT at 1 s: a client that reads nothing of a stored blob's body
     loses its connection, instead of holding it and a sender thread for as long as it likes."""
     content = model_files(seed=29, shard_size=64 << 20)[SHARD]
@@ -309,8 +332,8 @@ def test_a_client_that_stops_reading_a_stored_blob_is_dropped(fake_hub, tmp_path
 
 
 def test_a_reader_whose_fill_ends_before_its_body_starts_still_sends_that_blob(
-    fake_hub, tmp_path, monkeypatch
-):
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In-process: the fill ends, closing its descriptor, while a reader is still sending its
     headers, and new sockets take the freed descriptor numbers meanwhile. The reader must still
     send the blob's own bytes: a descriptor duplicated after the fill ended would name one of them
@@ -318,14 +341,19 @@ def test_a_reader_whose_fill_ends_before_its_body_starts_still_sends_that_blob(
     content = model_files(seed=28)[SHARD]
     repo = fake_hub.add(FakeRepo("org/quick", {SHARD: content}))
     active: list[fills.Fills] = []
-    real_start_fill, real_start_body = fills.Fills.start, routes.start_body
+    # routes calls the start_body it imported from responses (patched in routes below)
+    real_start_fill, real_start_body = fills.Fills.start, responses.start_body
     squatters: list[socket.socket] = []
 
-    def start_fill(self, key, size, sources):  # type: ignore[no-untyped-def]
+    def start_fill(
+        self: fills.Fills, key: BlobKey, size: int, sources: list[fills.Source]
+    ) -> fills.Fill:
         active.append(self)
         return real_start_fill(self, key, size, sources)
 
-    async def late_start_body(request, headers, size, byte_range):  # type: ignore[no-untyped-def]
+    async def late_start_body(
+        request: web.Request, headers: Mapping[str, str], size: int, byte_range: ByteRange | None
+    ) -> tuple[web.StreamResponse, int, int]:
         deadline = asyncio.get_running_loop().time() + 30
         while any(len(each) for each in active):  # until every fill ended and closed its fd
             assert asyncio.get_running_loop().time() < deadline, "the fill did not end"

@@ -10,6 +10,7 @@ temporary directory), the port (a free one), the upstream (the fake Hub), the pe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from multinode_llm_testing.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = Path(os.environ.get("TOOLS_DIR", ROOT / ".tools")) / "bin" / "helm4"
-VALUES = {"modelCache": {"enabled": True, "store": {"size": "3Gi"}}}
+VALUES: dict[str, Any] = {"modelCache": {"enabled": True, "store": {"size": "3Gi"}}}
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +46,13 @@ def daemonset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     command += ["--namespace", "serving", "--kube-version", "1.37.0", "-f", str(values)]
     env = {**os.environ, "KUBECONFIG": "/nonexistent"}
     out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=True)
+    found: dict[str, Any]
     [found] = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DaemonSet"]
     return found
 
 
 def container(daemonset: dict[str, Any]) -> dict[str, Any]:
+    cache: dict[str, Any]
     [cache] = daemonset["spec"]["template"]["spec"]["containers"]
     return cache
 
@@ -147,7 +150,7 @@ def test_the_rendered_cache_passes_its_own_probes_and_serves_a_download(
     cache = container(daemonset)
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         path = cache[probe]["httpGet"]["path"]
-        wait_until(lambda p=path: answers_200(url + p, process), 30, f"{probe} {path}")
+        wait_until(functools.partial(answers_200, url + path, process), 30, f"{probe} {path}")
 
     files = model_files(seed=61)
     fake_hub.add(FakeRepo("org/chart", files))

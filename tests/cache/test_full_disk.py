@@ -8,13 +8,13 @@ import os
 import random
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from multinode_llm_testing.cache import model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.waits import wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -53,7 +53,9 @@ def shards(count: int, size: int, seed: int) -> dict[str, bytes]:
     return {f"s{index}.safetensors": rng.randbytes(size) for index in range(count)}
 
 
-def test_the_store_evicts_before_its_disk_fills(fake_hub, small_disk, start_cache):
+def test_the_store_evicts_before_its_disk_fills(
+    fake_hub: FakeHub, small_disk: Path, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = shards(6, 3 << 19, seed=90)  # 6 x 1.5 MiB on an 8 MiB disk, no --max-store-size
     repo = fake_hub.add(FakeRepo("org/many", files))
     cache = start_cache(store=small_disk / "store")
@@ -72,8 +74,8 @@ def test_the_store_evicts_before_its_disk_fills(fake_hub, small_disk, start_cach
 
 
 def test_a_blob_bigger_than_the_disk_is_refused_with_a_507_that_says_so(
-    fake_hub, small_disk, start_cache
-):
+    fake_hub: FakeHub, small_disk: Path, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = shards(1, 12 << 20, seed=91)
     repo = fake_hub.add(FakeRepo("org/huge", files))
     cache = start_cache(store=small_disk / "store")
@@ -88,8 +90,8 @@ def test_a_blob_bigger_than_the_disk_is_refused_with_a_507_that_says_so(
 
 
 def test_a_full_disk_still_answers_what_needs_no_room_and_leaves_no_temporary_file(
-    fake_hub, small_disk, start_cache
-):
+    fake_hub: FakeHub, small_disk: Path, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = model_files(seed=92)
     repo = fake_hub.add(FakeRepo("org/full", files))
     cache = start_cache(store=small_disk / "store")
@@ -110,8 +112,8 @@ def test_a_full_disk_still_answers_what_needs_no_room_and_leaves_no_temporary_fi
 
 
 def test_the_disk_filling_during_a_fill_fails_it_with_a_507_and_no_partial_body(
-    fake_hub, small_disk, start_cache
-):
+    fake_hub: FakeHub, small_disk: Path, start_cache: Callable[..., CacheProcess]
+) -> None:
     content = shards(1, 4 << 20, seed=93)["s0.safetensors"]
     repo = fake_hub.add(FakeRepo("org/race", {SHARD: content}))
     fake_hub.bytes_per_second = 2 << 20

@@ -5,11 +5,18 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download, snapshot_download
-from multinode_llm_testing.cache import assert_same_files, hf_env, model_files, raw_request
+from multinode_llm_testing.cache import (
+    CacheProcess,
+    assert_same_files,
+    hf_env,
+    model_files,
+    raw_request,
+)
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 BLOB_KINDS = ("get", "cdn")  # requests whose bodies are file bytes
@@ -20,8 +27,8 @@ def blob_requests(hub: FakeHub) -> int:
 
 
 def test_snapshot_download_is_byte_identical_and_a_warm_one_fetches_no_blob(
-    fake_hub, start_cache, tmp_path
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files()
     fake_hub.add(FakeRepo("org/model", files))
     cache = start_cache()
@@ -44,8 +51,8 @@ def test_snapshot_download_is_byte_identical_and_a_warm_one_fetches_no_blob(
 
 
 def test_hf_hub_download_of_a_branch_then_warm_from_a_second_client(
-    fake_hub, start_cache, tmp_path
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=1)
     fake_hub.add(FakeRepo("org/branchy", files))
     cache = start_cache()
@@ -73,8 +80,8 @@ def test_hf_hub_download_of_a_branch_then_warm_from_a_second_client(
 
 
 def test_hf_command_downloads_through_the_cache_and_the_token_never_reaches_the_cdn(
-    fake_hub, start_cache, tmp_path
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     hf = shutil.which("hf", path=str(Path(sys.executable).parent)) or shutil.which("hf")
     if hf is None:
         pytest.skip("the `hf` command of huggingface_hub is not installed in this environment")
@@ -96,7 +103,9 @@ def test_hf_command_downloads_through_the_cache_and_the_token_never_reaches_the_
     assert fake_hub.client_requests == 0
 
 
-def test_xet_signals_never_reach_the_client(fake_hub, start_cache):
+def test_xet_signals_never_reach_the_client(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = model_files(seed=3)
     repo = fake_hub.add(FakeRepo("org/xet", files))
     cache = start_cache()
@@ -118,7 +127,9 @@ def test_xet_signals_never_reach_the_client(fake_hub, start_cache):
     assert 'rel="next"' in link
 
 
-def test_missing_file_and_revision_keep_the_hub_error_codes(fake_hub, start_cache):
+def test_missing_file_and_revision_keep_the_hub_error_codes(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     repo = fake_hub.add(FakeRepo("org/errs", model_files(seed=4)))
     cache = start_cache()
     status, headers, _ = raw_request(cache.url, "HEAD", "/org/errs/resolve/main/nope.txt")
@@ -135,7 +146,7 @@ def test_missing_file_and_revision_keep_the_hub_error_codes(fake_hub, start_cach
     assert status == 404
 
 
-def test_health_and_metrics_endpoints(start_cache):
+def test_health_and_metrics_endpoints(start_cache: Callable[..., CacheProcess]) -> None:
     cache = start_cache()
     assert raw_request(cache.url, "GET", "/live")[0] == 200
     status, _, body = raw_request(cache.url, "GET", "/ready")
@@ -147,7 +158,9 @@ def test_health_and_metrics_endpoints(start_cache):
         assert f"# TYPE multinode_llm_cache_{name}_total counter" in body.decode()
 
 
-def test_a_pull_request_revision_travels_as_one_encoded_segment(fake_hub, start_cache, tmp_path):
+def test_a_pull_request_revision_travels_as_one_encoded_segment(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=5)
     repo = fake_hub.add(FakeRepo("org/pr", files))
     cache = start_cache()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,8 @@ def warm(cache: CacheProcess, repo: FakeRepo, tmp_path: Path, token: str | bool 
 
 
 def test_after_a_reader_warmed_it_no_one_else_gets_a_gated_byte(
-    fake_hub, gated, start_cache, tmp_path
-):
+    fake_hub: FakeHub, gated: FakeRepo, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     cache = start_cache()
     warm(cache, gated, tmp_path)
     assert leaks(cache, gated, {}, {401}) == []
@@ -93,8 +94,12 @@ def test_after_a_reader_warmed_it_no_one_else_gets_a_gated_byte(
     ],
 )
 def test_repo_info_a_client_shapes_teaches_the_cache_nothing(
-    fake_hub, gated, start_cache, tmp_path, shaped
-):
+    fake_hub: FakeHub,
+    gated: FakeRepo,
+    start_cache: Callable[..., CacheProcess],
+    tmp_path: Path,
+    shaped: str,
+) -> None:
     # With only the fields asked for, the answer lacks "gated": that must not read "not gated".
     cache = start_cache()
     warm(cache, gated, tmp_path)
@@ -105,8 +110,8 @@ def test_repo_info_a_client_shapes_teaches_the_cache_nothing(
 
 
 def test_model_info_with_expand_through_the_library_teaches_nothing(
-    fake_hub, gated, start_cache, tmp_path
-):
+    fake_hub: FakeHub, gated: FakeRepo, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     cache = start_cache()
     warm(cache, gated, tmp_path)
     info = HfApi(endpoint=cache.url, token=False).model_info("org/gated", expand=["private"])
@@ -114,7 +119,9 @@ def test_model_info_with_expand_through_the_library_teaches_nothing(
     assert leaks(cache, gated, {}, {401}) == []
 
 
-def test_one_anonymous_success_does_not_make_a_repo_public(fake_hub, gated, start_cache, tmp_path):
+def test_one_anonymous_success_does_not_make_a_repo_public(
+    fake_hub: FakeHub, gated: FakeRepo, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     cache = start_cache()
     warm(cache, gated, tmp_path)
     readme = hf_hub_download(
@@ -126,8 +133,12 @@ def test_one_anonymous_success_does_not_make_a_repo_public(fake_hub, gated, star
 
 @pytest.mark.parametrize("how", ["stopped", "resetting", "failing"])
 def test_when_the_hub_cannot_be_asked_gated_files_are_refused_and_public_ones_served(
-    fake_hub, gated, start_cache, tmp_path, how
-):
+    fake_hub: FakeHub,
+    gated: FakeRepo,
+    start_cache: Callable[..., CacheProcess],
+    tmp_path: Path,
+    how: str,
+) -> None:
     public_files = model_files(seed=61)
     public = fake_hub.add(FakeRepo("org/public", public_files))
     cache = start_cache("--auth-ttl", "0", "--ref-ttl", "0")
@@ -151,8 +162,8 @@ def test_when_the_hub_cannot_be_asked_gated_files_are_refused_and_public_ones_se
 
 
 def test_a_netrc_in_the_cache_environment_lends_no_one_its_credential(
-    fake_hub, gated, start_cache, tmp_path
-):
+    fake_hub: FakeHub, gated: FakeRepo, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     # aiohttp (like requests) sends ~/.netrc's credentials when a request has none of its own.
     netrc = tmp_path / "netrc"
     netrc.write_text(f"machine {fake_hub.host} login cache password alice\n")
@@ -170,8 +181,8 @@ def test_a_netrc_in_the_cache_environment_lends_no_one_its_credential(
 
 
 def test_a_session_cookie_the_hub_sets_is_never_replayed_for_another_caller(
-    fake_hub, gated, start_cache, tmp_path
-):
+    fake_hub: FakeHub, gated: FakeRepo, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     # A cookie jar shared by all callers would carry alice's session into everyone's requests; the
     # jar ignores cookies of IP addresses, so the Hub is reached by name, as huggingface.co is.
     fake_hub.session_cookies = True

@@ -8,11 +8,12 @@ from __future__ import annotations
 import random
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from multinode_llm_testing.cache import model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
@@ -71,7 +72,9 @@ def assert_quiet_log(text: str) -> None:
         " bytes = 5 - 9 ",
     ],
 )
-def test_odd_ranges_get_the_file_a_range_or_a_416_never_a_5xx(fake_hub, start_cache, header):
+def test_odd_ranges_get_the_file_a_range_or_a_416_never_a_5xx(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], header: str
+) -> None:
     files = model_files(seed=80)
     repo = fake_hub.add(FakeRepo("org/ranges", files))
     cache = start_cache()
@@ -118,7 +121,9 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("data", MALFORMED, ids=range(len(MALFORMED)))
-def test_malformed_requests_get_a_4xx_and_leave_no_traceback(fake_hub, start_cache, data):
+def test_malformed_requests_get_a_4xx_and_leave_no_traceback(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], data: bytes
+) -> None:
     fake_hub.add(FakeRepo("org/model", model_files(seed=81)))
     cache = start_cache()
     reply = exchange(cache.url, data)
@@ -128,7 +133,9 @@ def test_malformed_requests_get_a_4xx_and_leave_no_traceback(fake_hub, start_cac
     assert_quiet_log(cache.log_text())
 
 
-def test_a_request_body_too_large_or_too_slow_is_refused(fake_hub, start_cache):
+def test_a_request_body_too_large_or_too_slow_is_refused(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     fake_hub.add(FakeRepo("org/model", model_files(seed=82)))
     cache = start_cache("--client-timeout", str(CLIENT_TIMEOUT))
     head = b"POST /api/models/org/model/paths-info/main HTTP/1.1\r\nHost: x\r\n"
@@ -147,7 +154,9 @@ def test_a_request_body_too_large_or_too_slow_is_refused(fake_hub, start_cache):
 
 
 @pytest.mark.parametrize("drip", [False, True])
-def test_slowloris_connections_are_closed_while_others_are_served(fake_hub, start_cache, drip):
+def test_slowloris_connections_are_closed_while_others_are_served(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], drip: bool
+) -> None:
     fake_hub.add(FakeRepo("org/model", model_files(seed=83)))
     cache = start_cache("--client-timeout", str(CLIENT_TIMEOUT))
     baseline = cache.open_fds()
@@ -183,7 +192,9 @@ def test_slowloris_connections_are_closed_while_others_are_served(fake_hub, star
     assert_quiet_log(cache.log_text())
 
 
-def test_a_connection_flood_is_held_under_the_limit_and_probes_still_answer(fake_hub, start_cache):
+def test_a_connection_flood_is_held_under_the_limit_and_probes_still_answer(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     cache = start_cache("--max-connections", "50", "--client-timeout", "30")
     baseline = cache.open_fds()
     flood = []
@@ -201,7 +212,9 @@ def test_a_connection_flood_is_held_under_the_limit_and_probes_still_answer(fake
     assert cache.metrics()["connections_shed_total"] >= 100
 
 
-def test_clients_that_hang_up_at_any_point_leave_nothing_behind(fake_hub, start_cache):
+def test_clients_that_hang_up_at_any_point_leave_nothing_behind(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     content = model_files(seed=84, shard_size=16 << 20)[SHARD]
     repo = fake_hub.add(FakeRepo("org/quitters", {SHARD: content}))
     fake_hub.bytes_per_second = 16 << 20

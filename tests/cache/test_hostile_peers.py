@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from multinode_llm.cache.peers import rendezvous
@@ -48,8 +49,8 @@ def beside(
     """A cache whose peer is ``fake_peer``, and a repo (on both) whose blobs the peer owns."""
 
     def start(
-        *args: str, seed: int = 0, count: int = 2, **repo_kwargs
-    ) -> tuple[CacheProcess, dict[str, bytes], FakeRepo]:  # type: ignore[no-untyped-def]
+        *args: str, seed: int = 0, count: int = 2, **repo_kwargs: Any
+    ) -> tuple[CacheProcess, dict[str, bytes], FakeRepo]:
         port = free_port()
         peer = f"127.0.0.1:{fake_peer.port}"
         files = owned_by(peer, f"127.0.0.1:{port}", seed, count)
@@ -64,8 +65,11 @@ def beside(
 
 @pytest.mark.parametrize("fault", ["corrupt", "long"])
 def test_a_lying_peer_falls_back_to_upstream_in_the_same_request_and_is_left_out(
-    fake_hub, fake_peer, beside, fault
-):
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+    fault: str,
+) -> None:
     cache, files, repo = beside(seed=1)
     first, second = sorted(files)
     fake_peer.fault(first, fault)
@@ -84,8 +88,11 @@ def test_a_lying_peer_falls_back_to_upstream_in_the_same_request_and_is_left_out
 
 @pytest.mark.parametrize("fault", ["cut", "short"])
 def test_a_peer_that_stops_mid_body_costs_a_resume_from_upstream(
-    fake_hub, fake_peer, beside, fault
-):
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+    fault: str,
+) -> None:
     cache, files, repo = beside(seed=2, count=1)
     [name] = files
     fake_peer.fault(name, fault)
@@ -94,7 +101,11 @@ def test_a_peer_that_stops_mid_body_costs_a_resume_from_upstream(
     assert 0 < fake_hub.blob_bytes[name] < len(files[name]), "upstream should send only the rest"
 
 
-def test_a_hanging_peer_is_dropped_within_the_timeout(fake_hub, fake_peer, beside):
+def test_a_hanging_peer_is_dropped_within_the_timeout(
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+) -> None:
     cache, files, repo = beside("--upstream-timeout", str(TIMEOUT), seed=3, count=1)
     [name] = files
     fake_peer.fault(name, "hang")
@@ -102,7 +113,11 @@ def test_a_hanging_peer_is_dropped_within_the_timeout(fake_hub, fake_peer, besid
     assert (status, body == files[name]) == (200, True)
 
 
-def test_a_dead_peer_costs_nothing_but_a_retry(fake_hub, fake_peer, beside):
+def test_a_dead_peer_costs_nothing_but_a_retry(
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+) -> None:
     cache, files, repo = beside(seed=4, count=1)
     [name] = files
     fake_peer.stop()
@@ -110,7 +125,11 @@ def test_a_dead_peer_costs_nothing_but_a_retry(fake_hub, fake_peer, beside):
     assert (status, body == files[name]) == (200, True)
 
 
-def test_a_peer_that_redirects_is_not_followed(fake_hub, fake_peer, beside):
+def test_a_peer_that_redirects_is_not_followed(
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+) -> None:
     cache, files, repo = beside(seed=5, count=1, private=True, readers={"alice"})
     [name] = files
     fake_peer.direct = False  # it answers as the Hub does: a 302 to its CDN
@@ -122,7 +141,11 @@ def test_a_peer_that_redirects_is_not_followed(fake_hub, fake_peer, beside):
     assert fake_peer.requests["cdn"] == 0, "the cache followed a peer's redirect"
 
 
-def test_a_callers_token_goes_to_the_owner_and_no_further(fake_hub, fake_peer, beside):
+def test_a_callers_token_goes_to_the_owner_and_no_further(
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+) -> None:
     """The owner decides for itself, so it gets the caller's token (see DEVELOPERS.md); a request
     that came from a peer is never passed to a third one."""
     cache, files, _ = beside(seed=6, count=2, gated=True, readers={"alice"})
@@ -144,8 +167,10 @@ def test_a_callers_token_goes_to_the_owner_and_no_further(fake_hub, fake_peer, b
 
 
 def test_a_peer_is_never_asked_for_a_gated_file_the_caller_may_not_read(
-    fake_hub, fake_peer, beside
-):
+    fake_hub: FakeHub,
+    fake_peer: FakeHub,
+    beside: Callable[..., tuple[CacheProcess, dict[str, bytes], FakeRepo]],
+) -> None:
     cache, files, _ = beside(seed=7, count=1, gated=True, readers={"alice"})
     [name] = files
     for headers in ({}, {"Authorization": "Bearer mallory"}):

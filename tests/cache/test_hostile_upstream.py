@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download
 from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
@@ -29,8 +30,12 @@ def settled(cache: CacheProcess) -> None:
 @pytest.mark.parametrize("path", [SHARD, "config.json"])  # an LFS file and a git file
 @pytest.mark.parametrize("fault", ["corrupt", "long", "cut", "short"])
 def test_a_body_broken_once_still_gives_the_client_the_right_file(
-    fake_hub, start_cache, tmp_path, path, fault
-):
+    fake_hub: FakeHub,
+    start_cache: Callable[..., CacheProcess],
+    tmp_path: Path,
+    path: str,
+    fault: str,
+) -> None:
     # Over huggingface_hub's 10 MiB read size: a cut body leaves it whole chunks to resume from.
     files = model_files(seed=70, shard_size=24 << 20)
     fake_hub.add(FakeRepo("org/flaky", files))
@@ -41,7 +46,9 @@ def test_a_body_broken_once_still_gives_the_client_the_right_file(
     settled(cache)
 
 
-def test_no_byte_of_a_fill_that_fails_verification_reaches_any_reader(fake_hub, start_cache):
+def test_no_byte_of_a_fill_that_fails_verification_reaches_any_reader(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     """Readers join a fill in flight, with and without ranges: every byte any of them receives is
     upstream's true byte, whether the answer completes or not."""
     content = model_files(seed=71, shard_size=4 << 20)[SHARD]
@@ -71,7 +78,9 @@ def test_no_byte_of_a_fill_that_fails_verification_reaches_any_reader(fake_hub, 
 
 
 @pytest.mark.parametrize("fault", ["chunked-garbage", "chunked-stall", "drip", "hang"])
-def test_a_fill_from_a_stalled_or_garbled_upstream_ends_with_a_502(fake_hub, start_cache, fault):
+def test_a_fill_from_a_stalled_or_garbled_upstream_ends_with_a_502(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], fault: str
+) -> None:
     files = model_files(seed=72)
     repo = fake_hub.add(FakeRepo("org/stall", files))
     fake_hub.fault(SHARD, fault)
@@ -94,8 +103,8 @@ def test_a_fill_from_a_stalled_or_garbled_upstream_ends_with_a_502(fake_hub, sta
 
 
 def test_no_token_reaches_the_log_or_an_error_message_whatever_upstream_answers(
-    fake_hub, start_cache
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     # aiohttp's repr of a response error holds the request's headers, Authorization included.
     files = model_files(seed=77)
     repo = fake_hub.add(FakeRepo("org/leaky", files, private=True, readers={"hf_secret"}))
@@ -112,7 +121,9 @@ def test_no_token_reaches_the_log_or_an_error_message_whatever_upstream_answers(
     assert "hf_secret" not in cache.log_text()
 
 
-def test_a_redirect_loop_is_a_502_not_a_hang(fake_hub, start_cache):
+def test_a_redirect_loop_is_a_502_not_a_hang(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = model_files(seed=73)
     fake_hub.add(FakeRepo("org/loop", files))
     fake_hub.fault(SHARD, "redirect-loop")
@@ -126,7 +137,9 @@ def test_a_redirect_loop_is_a_502_not_a_hang(fake_hub, start_cache):
 @pytest.mark.parametrize(
     "size", ["abc", "\u00b2", "-1", "1e3", "9" * 5000, "99999999999999999999999"]
 )
-def test_a_nonsense_size_from_upstream_is_a_502_naming_it(fake_hub, start_cache, size):
+def test_a_nonsense_size_from_upstream_is_a_502_naming_it(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], size: str
+) -> None:
     files = model_files(seed=74)
     repo = fake_hub.add(FakeRepo("org/sizes", files))
     fake_hub.head_headers[SHARD] = {
@@ -145,7 +158,9 @@ def test_a_nonsense_size_from_upstream_is_a_502_naming_it(fake_hub, start_cache,
 @pytest.mark.parametrize(
     "body", [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000, b"[{]"]
 )
-def test_a_tree_listing_that_is_not_sane_json_is_a_502(fake_hub, start_cache, body):
+def test_a_tree_listing_that_is_not_sane_json_is_a_502(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], body: bytes
+) -> None:
     repo = fake_hub.add(FakeRepo("org/deep", model_files(seed=75)))
     fake_hub.tree_body = body
     cache = start_cache()
@@ -156,7 +171,9 @@ def test_a_tree_listing_that_is_not_sane_json_is_a_502(fake_hub, start_cache, bo
     assert "Traceback" not in cache.log_text()
 
 
-def test_a_huge_pass_through_body_streams_in_bounded_memory(fake_hub, start_cache):
+def test_a_huge_pass_through_body_streams_in_bounded_memory(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     size = 256 << 20
     fake_hub.large["/org/model/raw/main/big.bin"] = size
     cache = start_cache()
@@ -182,7 +199,9 @@ def test_a_huge_pass_through_body_streams_in_bounded_memory(fake_hub, start_cach
     )
 
 
-def test_concurrent_cold_requests_for_one_file_share_one_head_upstream(fake_hub, start_cache):
+def test_concurrent_cold_requests_for_one_file_share_one_head_upstream(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = model_files(seed=76)
     fake_hub.add(FakeRepo("org/herd", files))
     fake_hub.head_delay = 1.0  # every request arrives before upstream's first answer
@@ -195,7 +214,9 @@ def test_concurrent_cold_requests_for_one_file_share_one_head_upstream(fake_hub,
     assert fake_hub.blob_gets[SHARD] == 1
 
 
-def test_tree_listings_with_junk_parameters_stay_within_the_store_limit(fake_hub, start_cache):
+def test_tree_listings_with_junk_parameters_stay_within_the_store_limit(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     files = {f"dir/file-{index:04d}.txt": b"%d" % index for index in range(400)}
     repo = fake_hub.add(FakeRepo("org/wide", files))
     fake_hub.page_size = 1000  # one page of 400 entries, about 60 KiB

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from multinode_llm.cache import paths
@@ -43,14 +44,14 @@ COMMIT = "a" * 40
         ),
     ],
 )
-def test_resolve_paths_parse(raw, repo, revision, path):
+def test_resolve_paths_parse(raw: str, repo: str, revision: str, path: str) -> None:
     target = paths.parse(raw)
     assert isinstance(target, paths.FileTarget)
     assert (target.repo.id, target.revision, target.path) == (repo, revision, path)
     assert target.url_path() == raw
 
 
-def test_api_paths_parse():
+def test_api_paths_parse() -> None:
     target = paths.parse("/api/models/org/model/revision/refs%2Fpr%2F1")
     assert isinstance(target, paths.ApiTarget)
     assert (target.repo.id, target.action, target.revision) == (
@@ -82,7 +83,7 @@ def test_api_paths_parse():
         "/org/model/resolve/main",
     ],
 )
-def test_bad_paths_are_refused(raw):
+def test_bad_paths_are_refused(raw: str) -> None:
     with pytest.raises(paths.BadPathError):
         paths.parse(raw)
 
@@ -101,14 +102,14 @@ def test_bad_paths_are_refused(raw):
         ("items=0-1", None),
     ],
 )
-def test_ranges(header, expected):
+def test_ranges(header: str | None, expected: ByteRange | None) -> None:
     assert parse_range(header, 100) == expected
 
 
 @pytest.mark.parametrize(
     ("header", "size"), [("bytes=100-", 100), ("bytes=-0", 100), ("bytes=0-0", 0)]
 )
-def test_unsatisfiable_ranges(header, size):
+def test_unsatisfiable_ranges(header: str, size: int) -> None:
     with pytest.raises(UnsatisfiableRangeError):
         parse_range(header, size)
 
@@ -124,17 +125,17 @@ def test_unsatisfiable_ranges(header, size):
         ("500Mi", 500 << 20),
     ],
 )
-def test_sizes(text, size):
+def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
 
 
 @pytest.mark.parametrize("text", ["", "ten", "5Xi", "-1G", "i"])
-def test_bad_sizes_name_the_value(text):
+def test_bad_sizes_name_the_value(text: str) -> None:
     with pytest.raises(ValueError, match="500Gi"):
         parse_size(text)
 
 
-def test_blob_keys_come_from_etags_and_verify_git_blobs():
+def test_blob_keys_come_from_etags_and_verify_git_blobs() -> None:
     sha256 = hashlib.sha256(b"x").hexdigest()
     assert BlobKey.from_etag(f'W/"{sha256}"') == BlobKey("sha256", sha256)
     content = b"hello\n"
@@ -147,7 +148,7 @@ def test_blob_keys_come_from_etags_and_verify_git_blobs():
     assert BlobKey.from_etag('"not-a-hash"') is None
 
 
-def test_xet_signals_are_removed_and_links_moved_onto_the_cache():
+def test_xet_signals_are_removed_and_links_moved_onto_the_cache() -> None:
     link = (
         '<https://hub/api/models/o/m/xet-read-token/abc>; rel="xet-auth", '
         '<https://cas/reconstruction/x>; rel="xet-reconstruction-info", '
@@ -167,7 +168,7 @@ def test_xet_signals_are_removed_and_links_moved_onto_the_cache():
     assert clean_json(b"not json") is None
 
 
-def test_rendezvous_moves_only_the_blobs_a_dead_peer_owned():
+def test_rendezvous_moves_only_the_blobs_a_dead_peer_owned() -> None:
     peers = [f"10.0.0.{index}:8090" for index in range(1, 6)]
     keys = [f"sha256:{index:064x}" for index in range(400)]
     before = {key: rendezvous(key, peers)[0] for key in keys}
@@ -196,7 +197,7 @@ def test_rendezvous_moves_only_the_blobs_a_dead_peer_owned():
         (["--store", "/proc/version/store"], "cannot be created"),
     ],
 )
-def test_bad_flags_are_refused_with_the_fix(tmp_path, flags, message):
+def test_bad_flags_are_refused_with_the_fix(tmp_path: Path, flags: list[str], message: str) -> None:
     command = [
         sys.executable,
         "-m",
@@ -220,7 +221,7 @@ READ_ONLY_STORE = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && ex
     os.geteuid() == 0 and shutil.which("unshare") is None,
     reason="as root, an unwritable store needs a read-only mount: unshare(1) is missing",
 )
-def test_a_store_the_uid_cannot_write_is_refused_naming_the_owner_it_needs(tmp_path):
+def test_a_store_the_uid_cannot_write_is_refused_naming_the_owner_it_needs(tmp_path: Path) -> None:
     # As the chart's hostPath store is when the node's directory belongs to another user.
     store = tmp_path / "store"
     store.mkdir()

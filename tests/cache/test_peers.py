@@ -108,8 +108,8 @@ def finish(
 
 
 def test_four_peers_and_eight_clients_fetch_each_blob_from_upstream_once(
-    nodes, hub_on_bridge, tmp_path
-):
+    nodes: list[tuple[Host, CacheProcess]], hub_on_bridge: FakeHub, tmp_path: Path
+) -> None:
     files = model_files(seed=30, shard_size=16 << 20)
     hub_on_bridge.add(FakeRepo("org/fanout", files))
     workdirs = [tmp_path / f"client{index}" for index in range(CLIENT_COUNT)]
@@ -131,7 +131,9 @@ def test_four_peers_and_eight_clients_fetch_each_blob_from_upstream_once(
     assert peer_bytes > 0, "no node fetched from a peer: every node went upstream"
 
 
-def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(nodes, hub_on_bridge, tmp_path):
+def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(
+    nodes: list[tuple[Host, CacheProcess]], hub_on_bridge: FakeHub, tmp_path: Path
+) -> None:
     files = model_files(seed=31, shard_size=24 << 20)
     big = "model-00001-of-00002.safetensors"
     hub_on_bridge.add(FakeRepo("org/survive", files))
@@ -162,8 +164,8 @@ def test_a_peer_killed_mid_transfer_costs_a_retry_not_a_download(nodes, hub_on_b
 
 
 def test_a_node_streams_its_owners_fill_while_the_owner_still_fills_it(
-    nodes, hub_on_bridge, tmp_path
-):
+    nodes: list[tuple[Host, CacheProcess]], hub_on_bridge: FakeHub, tmp_path: Path
+) -> None:
     """`hf download` on a node that does not own the blob: that node's bytes come from the owner
     while the owner's own fill is still running, not after it."""
     files = model_files(seed=32, shard_size=24 << 20)

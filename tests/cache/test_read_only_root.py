@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from huggingface_hub import snapshot_download
-from multinode_llm_testing.cache import assert_same_files, model_files
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.cache import CacheProcess, assert_same_files, model_files
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 # In a private mount namespace: keep the store writable (a bind mount of its own), then make "/"
 # read-only, then become the cache.
@@ -23,7 +24,9 @@ READ_ONLY_ROOT = (
     os.geteuid() != 0 or shutil.which("unshare") is None,
     reason="a read-only root in a mount namespace needs root and unshare(1)",
 )
-def test_the_cache_serves_with_a_read_only_root_filesystem(fake_hub, start_cache, tmp_path):
+def test_the_cache_serves_with_a_read_only_root_filesystem(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=50)
     fake_hub.add(FakeRepo("org/ro", files))
     store = tmp_path / "store"

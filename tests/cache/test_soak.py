@@ -9,6 +9,7 @@ the load keeps reaching upstream and the peers, not only the stores.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import random
 import threading
@@ -99,7 +100,9 @@ def soak_hub() -> Iterator[FakeHub]:
     hub.stop()
 
 
-def test_the_cache_heals_from_every_fault_round_and_leaks_nothing(soak_hub, tmp_path: Path):
+def test_the_cache_heals_from_every_fault_round_and_leaks_nothing(
+    soak_hub: FakeHub, tmp_path: Path
+) -> None:
     began = time.monotonic()
     repo = soak_hub.add(FakeRepo("org/soak", FILES))
     ports = {"a": free_port(), "b": free_port()}
@@ -127,6 +130,15 @@ def test_the_cache_heals_from_every_fault_round_and_leaks_nothing(soak_hub, tmp_
 
     def healed() -> bool:
         return all(cache.metrics()["peers_live"] == 2 for cache in caches.values())
+
+    def url_of(name: str) -> Callable[[], str]:
+        return lambda: caches[name].url
+
+    def flowing_since(load: Load, since: float) -> bool:
+        return sum(x.ok for x in load.answers if x.began > since) >= 10
+
+    def drained(cache: CacheProcess) -> bool:
+        return cache.metrics()["fills_in_flight"] == 0
 
     outages: list[tuple[str, float, float]] = []
 
@@ -165,7 +177,7 @@ def test_the_cache_heals_from_every_fault_round_and_leaks_nothing(soak_hub, tmp_
         start("a")
         start("b")
         wait_until(healed, 30, "the peers to find each other")
-        with Load({name: (lambda n=name: caches[n].url) for name in ports}, repo.commit) as load:
+        with Load({name: url_of(name) for name in ports}, repo.commit) as load:
             wait_until(lambda: sum(a.ok for a in load.answers) >= 40, 60, "the load to warm up")
             a = caches["a"]
             baseline_fds, baseline_rss = a.open_fds(), a.rss()
@@ -178,7 +190,7 @@ def test_the_cache_heals_from_every_fault_round_and_leaks_nothing(soak_hub, tmp_
                 outage(load, kind, fault, heal)
                 settled_at = time.monotonic()
                 wait_until(
-                    lambda t=settled_at: sum(x.ok for x in load.answers if x.began > t) >= 10,
+                    functools.partial(flowing_since, load, settled_at),
                     60,
                     f"the load to flow again after '{kind}'",
                 )
@@ -199,7 +211,7 @@ def test_the_cache_heals_from_every_fault_round_and_leaks_nothing(soak_hub, tmp_
         ok = sum(x.ok for x in answers)
         assert ok > 200, f"only {ok} answers succeeded: the load did not flow"
         for cache in caches.values():
-            wait_until(lambda c=cache: c.metrics()["fills_in_flight"] == 0, 30, "fills to end")
+            wait_until(functools.partial(drained, cache), 30, "fills to end")
             assert cache.leftovers() == []
         wait_until(lambda: a.open_fds() <= baseline_fds + 8, 30, "cache a's descriptors to settle")
         assert a.rss() - baseline_rss < 64 << 20

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from multinode_llm.cache.routes import PEER_HEADER
 from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
@@ -36,7 +37,9 @@ def _settled(cache: CacheProcess) -> None:
     assert cache.leftovers() == []
 
 
-def test_a_peer_gets_bytes_of_a_fill_before_it_finished(fake_hub, start_cache):
+def test_a_peer_gets_bytes_of_a_fill_before_it_finished(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     content = model_files(seed=120, shard_size=8 << 20)[SHARD]
     repo = fake_hub.add(FakeRepo("org/stream", {SHARD: content}))
     fake_hub.bytes_per_second = 2 << 20  # about 4 s for the fill
@@ -59,7 +62,9 @@ def test_a_peer_gets_bytes_of_a_fill_before_it_finished(fake_hub, start_cache):
     _settled(cache)
 
 
-def test_ranges_over_a_filling_blob_are_the_blobs_bytes(fake_hub, start_cache):
+def test_ranges_over_a_filling_blob_are_the_blobs_bytes(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     content = model_files(seed=121, shard_size=6 << 20)[SHARD]
     repo = fake_hub.add(FakeRepo("org/ranges", {SHARD: content}))
     fake_hub.bytes_per_second = 3 << 20
@@ -91,8 +96,8 @@ def test_ranges_over_a_filling_blob_are_the_blobs_bytes(fake_hub, start_cache):
 
 @pytest.mark.parametrize("fault", ["cut", "corrupt"])
 def test_a_fill_that_fails_cuts_its_streaming_reader_off_with_an_error(
-    fake_hub, start_cache, fault
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], fault: str
+) -> None:
     """``cut``: every upstream attempt breaks off, so the fill fails mid-way; ``corrupt``: every
     attempt hashes wrong, so the fill starts over and then fails. The peer reading along never
     gets a body it could take for whole: an error status, or a connection cut short."""

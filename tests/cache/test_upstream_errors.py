@@ -5,9 +5,10 @@ is parsed with prometheus_client's parser too: valid text format, the counter ty
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Callable
 
 from multinode_llm_testing.cache import CacheProcess, model_files, raw_request
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 from multinode_llm_testing.ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,7 +32,9 @@ def requests(cache: CacheProcess) -> dict[str, float]:
     }
 
 
-def test_healthy_and_not_found_answers_are_no_upstream_errors(fake_hub, start_cache):
+def test_healthy_and_not_found_answers_are_no_upstream_errors(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     repo = fake_hub.add(FakeRepo("org/fine", model_files(seed=90)))
     cache = start_cache()
     assert errors(cache) == {"meta": 0, "blob": 0}  # both kinds from the start
@@ -44,7 +47,9 @@ def test_healthy_and_not_found_answers_are_no_upstream_errors(fake_hub, start_ca
     assert errors(cache) == {"meta": 0, "blob": 0}
 
 
-def test_a_5xx_from_upstream_counts_a_meta_error(fake_hub, start_cache):
+def test_a_5xx_from_upstream_counts_a_meta_error(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     fake_hub.add(FakeRepo("org/down", model_files(seed=91)))
     fake_hub.failing = 503
     cache = start_cache()
@@ -54,7 +59,9 @@ def test_a_5xx_from_upstream_counts_a_meta_error(fake_hub, start_cache):
     assert errors(cache)["meta"] >= 1
 
 
-def test_cut_blob_bodies_count_a_blob_error_per_attempt(fake_hub, start_cache):
+def test_cut_blob_bodies_count_a_blob_error_per_attempt(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess]
+) -> None:
     repo = fake_hub.add(FakeRepo("org/cut", model_files(seed=92)))
     fake_hub.fault(SHARD, "cut")  # every attempt: half the body, then a reset connection
     cache = start_cache()
@@ -65,7 +72,9 @@ def test_cut_blob_bodies_count_a_blob_error_per_attempt(fake_hub, start_cache):
     assert errors(cache) == {"meta": 0, "blob": attempts}
 
 
-def test_an_upstream_that_refuses_connections_counts_each_request(start_cache):
+def test_an_upstream_that_refuses_connections_counts_each_request(
+    start_cache: Callable[..., CacheProcess],
+) -> None:
     cache = start_cache(upstream=f"http://127.0.0.1:{free_port()}")  # nothing listens there
     status, _, _ = raw_request(cache.url, "GET", "/api/models/org/gone/revision/main")
     assert status == 502

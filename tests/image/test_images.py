@@ -146,7 +146,8 @@ def scratch() -> Iterator[Path]:
 
 @pytest.fixture
 def mounted(request: pytest.FixtureRequest) -> MountedImage:
-    return request.getfixturevalue(request.param)
+    image: MountedImage = request.getfixturevalue(request.param)
+    return image
 
 
 def test_chart_runs_images_of_its_app_version(images: dict[str, str]) -> None:

@@ -121,7 +121,7 @@ def _stage_model(cluster: Cluster, namespace: str, image: str, claim: str) -> No
             },
         },
     }
-    volume = {
+    volume: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": f"{namespace}-{claim}"},

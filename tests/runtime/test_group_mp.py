@@ -43,7 +43,7 @@ def _group_env(model: Path, **overrides: str) -> dict[str, str]:
 
 @pytest.mark.vllm
 def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_killed(
-    cluster: Cluster, tiny_model: Path, timing: list
+    cluster: Cluster, tiny_model: Path, timing: list[tuple[str, float]]
 ) -> None:
     openai = pytest.importorskip("openai")
     start = time.monotonic()
@@ -99,7 +99,7 @@ def test_mp_group_serves_without_ray_and_its_head_exits_when_the_worker_is_kille
 
 @pytest.mark.vllm
 def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
-    cluster: Cluster, tiny_model: Path, timing: list
+    cluster: Cluster, tiny_model: Path, timing: list[tuple[str, float]]
 ) -> None:
     head = cluster.start("head", "head", _group_env(tiny_model), "--max-model-len", "256")
     worker = cluster.start("worker", "worker", {**_group_env(tiny_model), "HEAD_SVC": HEAD_SVC})
@@ -134,7 +134,7 @@ def test_mp_worker_exits_when_the_head_restarts_and_rejoins_the_new_epoch(
 
 @pytest.mark.vllm
 def test_mp_head_without_its_worker_exits_at_the_deadline_naming_the_rank(
-    cluster: Cluster, tiny_model: Path, timing: list
+    cluster: Cluster, tiny_model: Path, timing: list[tuple[str, float]]
 ) -> None:
     start = time.monotonic()
     head = cluster.start("head", "head", _group_env(tiny_model, GROUP_WAIT_TIMEOUT="15"))
@@ -154,7 +154,9 @@ def test_mp_head_without_its_worker_exits_at_the_deadline_naming_the_rank(
     assert processes_in(head.host.namespace) == {}  # its vLLM (started at once) went with it
 
 
-def test_mp_worker_without_a_head_exits_at_the_deadline(cluster: Cluster, timing: list) -> None:
+def test_mp_worker_without_a_head_exits_at_the_deadline(
+    cluster: Cluster, timing: list[tuple[str, float]]
+) -> None:
     start = time.monotonic()
     env = _group_env(Path("/nonexistent"), HEAD_SVC=HEAD_SVC, GROUP_WAIT_TIMEOUT="5")
     worker = cluster.start("worker", "worker", env)

@@ -44,7 +44,9 @@ def _probe(cluster: Cluster, pod_name: str, probe: str) -> int:
     return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode
 
 
-def test_worker_gives_up_when_no_head_answers(cluster: Cluster, timing: list) -> None:
+def test_worker_gives_up_when_no_head_answers(
+    cluster: Cluster, timing: list[tuple[str, float]]
+) -> None:
     start = time.monotonic()
     worker = cluster.start(
         "worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC, "GROUP_WAIT_TIMEOUT": "5"}
@@ -87,7 +89,9 @@ def test_waiting_head_answers_probes_and_stops_cleanly(cluster: Cluster) -> None
     assert processes_in(head.host.namespace) == {}  # Ray went with the supervisor
 
 
-def test_worker_joins_and_exits_when_the_head_is_killed(cluster: Cluster, timing: list) -> None:
+def test_worker_joins_and_exits_when_the_head_is_killed(
+    cluster: Cluster, timing: list[tuple[str, float]]
+) -> None:
     head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
     worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
     wait_until(lambda: _facts(head).get("nodes") == 2, 180, "the worker to join the head")
@@ -163,7 +167,7 @@ def _ray_workers(namespace: str) -> list[str]:
 
 
 def test_worker_exits_when_the_head_restarts_faster_than_its_grace(
-    cluster: Cluster, timing: list
+    cluster: Cluster, timing: list[tuple[str, float]]
 ) -> None:
     head = cluster.start("head", "head", WAITING_GROUP, "--no-early-engine-start")
     worker = cluster.start("worker", "worker", {**WAITING_GROUP, "HEAD_SVC": HEAD_SVC})
@@ -176,7 +180,7 @@ def test_worker_exits_when_the_head_restarts_faster_than_its_grace(
     assert "the head at 10.231.0.2 restarted (a new Ray cluster)" in log or "lost the head" in log
 
 
-def test_head_exits_when_its_ray_dies(cluster: Cluster, timing: list) -> None:
+def test_head_exits_when_its_ray_dies(cluster: Cluster, timing: list[tuple[str, float]]) -> None:
     head = cluster.start(
         "head", "head", {**WAITING_GROUP, "RAY_NODE_COUNT": "2"}, "--no-early-engine-start"
     )

@@ -36,7 +36,7 @@ def _group_env(model: Path) -> dict[str, str]:
 
 
 def test_head_without_its_worker_exits_at_the_deadline_naming_it(
-    cluster: Cluster, tiny_model: Path, timing: list
+    cluster: Cluster, tiny_model: Path, timing: list[tuple[str, float]]
 ) -> None:
     start = time.monotonic()
     head = cluster.start("head", "head", {**_group_env(tiny_model), "GROUP_WAIT_TIMEOUT": "20"})
@@ -55,7 +55,7 @@ def test_head_without_its_worker_exits_at_the_deadline_naming_it(
 
 
 def test_group_serves_through_openai_and_loses_liveness_with_its_worker(
-    cluster: Cluster, tiny_model: Path, timing: list
+    cluster: Cluster, tiny_model: Path, timing: list[tuple[str, float]]
 ) -> None:
     openai = pytest.importorskip("openai")
     start = time.monotonic()

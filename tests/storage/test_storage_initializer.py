@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
-from multinode_llm_testing.cache import assert_same_files, hf_env, model_files
-from multinode_llm_testing.fake_hub import FakeRepo
+from multinode_llm_testing.cache import CacheProcess, assert_same_files, hf_env, model_files
+from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
 
 kserve_storage = pytest.importorskip(
     "kserve_storage", reason="kserve-storage is installed by `tox -e storage`"
@@ -29,7 +31,9 @@ INITIALIZER = (
 SHARD_SIZE = 60 << 20  # above 5 x 10 MiB: huggingface_hub 0.32 hands such files to hf_transfer
 
 
-def run_initializer(uri, destination, env):
+def run_initializer(
+    uri: str, destination: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", INITIALIZER, uri, str(destination)],
         env=env,
@@ -39,7 +43,7 @@ def run_initializer(uri, destination, env):
     )
 
 
-def test_the_pinned_client_versions_are_the_ones_kserve_ships():
+def test_the_pinned_client_versions_are_the_ones_kserve_ships() -> None:
     assert (version("huggingface_hub"), version("hf_xet"), version("hf_transfer")) == (
         "0.32.4",
         "1.5.1",
@@ -49,8 +53,8 @@ def test_the_pinned_client_versions_are_the_ones_kserve_ships():
 
 @pytest.mark.parametrize("revision", ["", "commit"])
 def test_storage_initializer_downloads_hf_uri_byte_identically(
-    fake_hub, start_cache, tmp_path, revision
-):
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path, revision: str
+) -> None:
     files = model_files(seed=40, shard_size=SHARD_SIZE)
     repo = fake_hub.add(FakeRepo("org/model", files, gated=True, readers={"hf_kserve"}))
     cache = start_cache()
@@ -79,7 +83,9 @@ def test_storage_initializer_downloads_hf_uri_byte_identically(
     assert fake_hub.blob_gets.total() == 0, "a warm download fetched blobs upstream"
 
 
-def test_storage_initializer_without_access_fails_and_gets_nothing(fake_hub, start_cache, tmp_path):
+def test_storage_initializer_without_access_fails_and_gets_nothing(
+    fake_hub: FakeHub, start_cache: Callable[..., CacheProcess], tmp_path: Path
+) -> None:
     files = model_files(seed=41)
     fake_hub.add(FakeRepo("org/model", files, gated=True, readers={"hf_kserve"}))
     cache = start_cache()

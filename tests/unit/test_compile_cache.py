@@ -62,7 +62,7 @@ def read_files(root: Path) -> dict[str, bytes]:
 def compiled(tmp_path: Path, key: EntryKey = KEY, **limits: int | None) -> CompileCache:
     """A prepared cache whose vLLM compiled FILES into the local entry."""
     (tmp_path / "shared").mkdir(exist_ok=True)
-    cache = CompileCache(settings(tmp_path, **limits), key)
+    cache = CompileCache(settings(tmp_path, shared=True, **limits), key)
     cache.prepare()
     write_files(cache.entry)
     return cache

@@ -86,8 +86,8 @@ def test_wait_timeout_comes_from_group_wait_timeout() -> None:
 def test_a_bad_environment_names_the_variable_and_the_fix(
     change: dict[str, str | None], message: str
 ) -> None:
-    env = {**HEAD_ENV, **change}
-    env = {key: value for key, value in env.items() if value is not None}
+    merged = {**HEAD_ENV, **change}
+    env = {key: value for key, value in merged.items() if value is not None}
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(")) as error:
         head_config(env, {})
     assert "\n" not in str(error.value)
@@ -213,7 +213,7 @@ def test_mp_refuses_a_master_port_the_head_uses_already() -> None:
 def test_mp_refuses_a_layout_that_is_not_kserves_mp_mode(env: dict[str, str], message: str) -> None:
     for make, base in ((head_config, MP_HEAD_ENV), (worker_config, {**WORKER_ENV, **MP_HEAD_ENV})):
         with pytest.raises(UserError) as refused:
-            make({**base, **env}, {})  # type: ignore[operator]
+            make({**base, **env}, {})
         assert str(refused.value).startswith(message)
         assert "group.executor=mp" in str(refused.value)
         assert "MULTINODE_LLM_EXECUTOR=ray" in str(refused.value)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
 from multinode_llm.errors import UserError
 from multinode_llm_local.controlplane import build, certmanager, kserve, node, runtime
+from multinode_llm_local.controlplane.api import Api
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.kserve import releases
@@ -240,8 +242,9 @@ def test_a_projected_service_account_volume_holds_token_ca_and_namespace(tmp_pat
 def _agent() -> node.NodeAgent:
     info = {"cpus_per_node": 8, "memory_per_node": "32Gi", "gpus_per_node": 2,
             "kubernetes": "v1.37.2"}  # fmt: skip
-    agent = node.NodeAgent(api=None, name="node-0", info=info, network=ClusterNetwork(),
-                           state_dir=Path("/nonexistent"))  # type: ignore[arg-type]  # fmt: skip
+    # no API server: these tests only hand out and free pod addresses
+    agent = node.NodeAgent(api=cast(Api, None), name="node-0", info=info, network=ClusterNetwork(),
+                           state_dir=Path("/nonexistent"))  # fmt: skip
     agent.pod_cidr = ipaddress.IPv4Network("10.235.3.0/24")
     return agent
 

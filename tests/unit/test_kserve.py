@@ -30,20 +30,20 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_head_args_are_the_runtime_args_then_the_isvc_args_with_the_name_replaced(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     head = kserve.reconcile(objects).head.container
     assert head["args"] == ["head", "--model-name=demo", "--served-model-name", "demo"]
     assert head["command"] == ["multinode-llm"]
 
 
-def test_the_worker_keeps_its_placeholders_as_kserve_does(objects: list) -> None:
+def test_the_worker_keeps_its_placeholders_as_kserve_does(objects: list[dict[str, Any]]) -> None:
     worker = kserve.reconcile(objects).worker.container
     assert worker["args"] == ["worker", "--name={{.Name}}"]
 
 
 def test_kserve_injects_the_group_environment_into_head_and_worker(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     reconciled = kserve.reconcile(objects, generation=4)
     head, worker = _env(reconciled.head.container), _env(reconciled.worker.container)
@@ -66,7 +66,7 @@ def test_kserve_injects_the_group_environment_into_head_and_worker(
     assert "MODEL_DIR" not in worker
 
 
-def test_an_isvc_env_var_overrides_the_runtime_one_in_place(objects: list) -> None:
+def test_an_isvc_env_var_overrides_the_runtime_one_in_place(objects: list[dict[str, Any]]) -> None:
     head = kserve.reconcile(objects).head.container
     names = [e["name"] for e in head["env"]]
     assert env_value(head["env"], "LOG_LEVEL") == "debug"
@@ -74,7 +74,7 @@ def test_an_isvc_env_var_overrides_the_runtime_one_in_place(objects: list) -> No
 
 
 def test_pipeline_parallel_sets_the_node_count_and_worker_replicas(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     reconciled = kserve.reconcile(objects)
     assert (
@@ -89,7 +89,7 @@ def test_pipeline_parallel_sets_the_node_count_and_worker_replicas(
 
 
 def test_a_gpu_limit_without_a_request_makes_kserve_fall_back_to_one_gpu_per_node(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     """KServe reads GPU *requests* before the API server defaults them: TP x PP nodes of 1 GPU."""
     isvc = _isvc(objects)
@@ -105,7 +105,7 @@ def test_a_gpu_limit_without_a_request_makes_kserve_fall_back_to_one_gpu_per_nod
 
 
 def test_the_claim_is_mounted_read_only_at_mnt_models_on_head_and_worker(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     reconciled = kserve.reconcile(objects)
     for workload in (reconciled.head, reconciled.worker):
@@ -122,13 +122,15 @@ def test_the_claim_is_mounted_read_only_at_mnt_models_on_head_and_worker(
         assert volume["persistentVolumeClaim"] == {"claimName": "models"}
 
 
-def test_pod_level_security_comes_from_the_isvc_not_the_runtime(objects: list) -> None:
+def test_pod_level_security_comes_from_the_isvc_not_the_runtime(
+    objects: list[dict[str, Any]],
+) -> None:
     reconciled = kserve.reconcile(objects)
     assert reconciled.head.pod_spec["securityContext"]["runAsUser"] == 1000
     assert reconciled.worker.pod_spec["securityContext"]["runAsUser"] == 1000
 
 
-def test_services_carry_the_generation_in_the_headless_names(objects: list) -> None:
+def test_services_carry_the_generation_in_the_headless_names(objects: list[dict[str, Any]]) -> None:
     services = {s.name: s for s in kserve.reconcile(objects, generation=2).services}
     assert set(services) == {"demo-predictor", "demo-head-2", "demo-workers-2"}
     assert services["demo-predictor"].ports == [(80, 8080)]
@@ -140,7 +142,7 @@ def test_services_carry_the_generation_in_the_headless_names(objects: list) -> N
     }
 
 
-def test_pod_labels_say_which_isvc_and_role_they_belong_to(objects: list) -> None:
+def test_pod_labels_say_which_isvc_and_role_they_belong_to(objects: list[dict[str, Any]]) -> None:
     reconciled = kserve.reconcile(objects, generation=2)
     assert reconciled.head.labels["app"] == "isvc.demo-predictor"
     assert reconciled.worker.labels["app"] == "isvc.demo-predictor-worker"
@@ -150,7 +152,7 @@ def test_pod_labels_say_which_isvc_and_role_they_belong_to(objects: list) -> Non
 
 
 def test_predictor_metadata_reaches_both_pods_and_runtime_metadata_its_own_role(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     """buildObjectMeta / reconcileWorker (components/predictor.go, v0.15.0 .. v0.20.0): the
     predictor's labels and annotations go to head and workers, the runtime's own annotations to the
@@ -175,7 +177,9 @@ def test_predictor_metadata_reaches_both_pods_and_runtime_metadata_its_own_role(
     assert "worker.example.com/only" not in reconciled.head.annotations
 
 
-def test_placement_fields_of_predictor_and_workerspec_reach_their_pods(objects: list) -> None:
+def test_placement_fields_of_predictor_and_workerspec_reach_their_pods(
+    objects: list[dict[str, Any]],
+) -> None:
     """MergePodSpec takes them from the InferenceService (utils/utils.go, every release)."""
     placement = {
         "priorityClassName": "gpu-high",
@@ -192,14 +196,14 @@ def test_placement_fields_of_predictor_and_workerspec_reach_their_pods(objects: 
 
 
 def test_kserve_adds_a_tcp_readiness_probe_when_the_head_has_none(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     probe = kserve.reconcile(objects).head.container["readinessProbe"]
     assert probe["tcpSocket"] == {"port": 8080}
     assert probe["periodSeconds"] == 10
 
 
-def _break(objects: list, change: str) -> None:
+def _break(objects: list[dict[str, Any]], change: str) -> None:
     isvc = _isvc(objects)
     predictor = isvc["spec"]["predictor"]
     if change == "two worker containers":
@@ -235,21 +239,23 @@ def _break(objects: list, change: str) -> None:
         ("PP 0", "WorkerSpec.PipelineParallelSize cannot be less than 1(0)"),
     ],
 )
-def test_admission_refuses_what_kserve_refuses(objects: list, change: str, message: str) -> None:
+def test_admission_refuses_what_kserve_refuses(
+    objects: list[dict[str, Any]], change: str, message: str
+) -> None:
     _break(objects, change)
     with pytest.raises(kserve.Denied, match='the InferenceService "demo" is invalid') as error:
         kserve.reconcile(objects)
     assert message in str(error.value)
 
 
-def test_a_knative_isvc_is_admitted_but_runs_no_workers(objects: list) -> None:
+def test_a_knative_isvc_is_admitted_but_runs_no_workers(objects: list[dict[str, Any]]) -> None:
     _break(objects, "serverless")
     with pytest.raises(kserve.ReconcileError, match="with its Knative reconciler"):
         kserve.reconcile(objects)
 
 
 def test_a_custom_gpu_type_declared_in_the_annotation_is_admitted(
-    objects: list,
+    objects: list[dict[str, Any]],
 ) -> None:
     isvc = _isvc(objects)
     isvc["metadata"]["annotations"]["serving.kserve.io/gpu-resource-types"] = '["example.com/tpu"]'
@@ -257,7 +263,7 @@ def test_a_custom_gpu_type_declared_in_the_annotation_is_admitted(
     assert kserve.reconcile(objects).node_count == 3
 
 
-def test_a_missing_runtime_is_named(objects: list) -> None:
+def test_a_missing_runtime_is_named(objects: list[dict[str, Any]]) -> None:
     _isvc(objects)["spec"]["predictor"]["model"]["runtime"] = "absent"
     with pytest.raises(UserError, match="with the name: absent"):
         kserve.reconcile(objects)

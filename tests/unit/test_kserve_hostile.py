@@ -13,7 +13,14 @@ import logging
 from typing import Any
 
 import pytest
-from multinode_llm.serving.kserve import MAX_BODY_BYTES, MAX_DEPTH, KServeProtocol
+from multinode_llm.serving.kserve import (
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    KServeProtocol,
+    Receive,
+    Scope,
+    Send,
+)
 from test_kserve_middleware import FakeVllm
 
 GENERATE_ROUTES = ("/v2/models/tiny/generate", "/v2/models/tiny/generate_stream")
@@ -177,7 +184,7 @@ class OddVllm(FakeVllm):
         super().__init__()
         self.answer = answer
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["path"] != "/v1/completions":
             await super().__call__(scope, receive, send)
             return

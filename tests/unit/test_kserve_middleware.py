@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from multinode_llm.serving.kserve import KServeProtocol
+from multinode_llm.serving.kserve import KServeProtocol, Receive, Scope, Send
 
 
 class FakeVllm:
@@ -25,7 +25,7 @@ class FakeVllm:
         self.names = names
         self.calls: list[tuple[str, str, bytes]] = []
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = b""
         while True:
             message = await receive()
@@ -72,7 +72,7 @@ class FakeVllm:
             await _reply(send, 404, {"detail": "Not Found"})
 
 
-async def _client_gone(receive: Any) -> bool:
+async def _client_gone(receive: Receive) -> bool:
     try:
         message = await asyncio.wait_for(receive(), timeout=0.05)
     except TimeoutError:
@@ -80,7 +80,7 @@ async def _client_gone(receive: Any) -> bool:
     return bool(message["type"] == "http.disconnect")
 
 
-async def _reply(send: Any, status: int, body: Any) -> None:
+async def _reply(send: Send, status: int, body: Any) -> None:
     data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
     await send(
         {

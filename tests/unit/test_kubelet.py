@@ -140,7 +140,7 @@ def _standin_pod(
     security: dict[str, Any] = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True}
     if fs_group is not None:
         security["fsGroup"] = fs_group
-    pod_spec = {
+    pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 2,
         "securityContext": security,
         "volumes": [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import urllib.request
 from dataclasses import replace
@@ -27,7 +28,7 @@ from multinode_llm.health.state import (
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def _counts(**changed: int) -> dict[str, int]:
+def _counts(**changed: float) -> dict[str, float]:
     return {**dict.fromkeys(CAUSES, 0), **changed}
 
 
@@ -128,7 +129,7 @@ def test_a_failed_write_leaves_the_previous_file_whole(
     def no_rename(_source: object, _target: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(restarts.os, "replace", no_rename)
+    monkeypatch.setattr(os, "replace", no_rename)
     record.leave(restarts.ENGINE_HUNG)
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["restarts.json"]

@@ -47,6 +47,7 @@ def test_no_two_instances_ever_hold_one_rank_in_an_epoch() -> None:
     """Whatever order joins, leaves and lapses come in, a rank is bound to one instance."""
     events = ["join a", "join b", "join c", "leave a", "lapse", "join d", "beat b"]
     for order in itertools.permutations(events):
+        holders: dict[int, str]
         roster, holders, now = Roster(nnodes=3, lease_s=5.0), {}, 0.0
         for event in order:
             verb, _, name = event.partition(" ")
