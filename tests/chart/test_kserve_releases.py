@@ -430,3 +430,12 @@ def test_the_readmes_own_install_is_admitted_and_runs_on_the_release_it_names() 
     assert group.worker.replicas == 1
     kinds = {d["kind"] for d in objects}
     assert {"PersistentVolumeClaim", "Job", "InferenceService"} <= kinds
+
+
+def test_a_defect_is_asked_for_by_an_id_the_table_has() -> None:
+    """A test that branches on a release's defect names it by id; a misspelt id is an error,
+    not a release without the defect."""
+    assert releases.get("0.15.0").has_defect("deployment-update-keeps-removed")
+    assert not releases.get("0.15.2").has_defect("deployment-update-keeps-removed")
+    with pytest.raises(ValueError, match="'deployment-update-keeps-removd'"):
+        releases.get("0.15.0").has_defect("deployment-update-keeps-removd")

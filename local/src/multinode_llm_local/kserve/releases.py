@@ -83,6 +83,15 @@ class Release:
         major, minor, _ = (int(part) for part in self.version.split("."))
         return major, minor
 
+    def has_defect(self, defect: str) -> bool:
+        """Whether the table lists ``defect`` (its id) for this release; an id no release has is
+        a mistake, not an answer."""
+        listed = (entry.get("defects") or () for entry in _table()["releases"].values())
+        known = {d["id"] for defects in listed for d in defects}
+        if defect not in known:
+            raise ValueError(f"no KServe release has the defect {defect!r}; known: {sorted(known)}")
+        return any(entry["id"] == defect for entry in self.defects)
+
     def builtin_runtimes(self) -> list[Obj]:
         """The ClusterServingRuntimes a default install of this release has (for the webhook)."""
         return [spec for spec in _builtin_runtimes(self.version)]
