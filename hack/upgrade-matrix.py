@@ -488,6 +488,11 @@ def accepted(change: Change, release: str, chart: Path = CHART) -> bool:
     return True
 
 
+def accepted_changes(release: str, chart: Path = CHART) -> list[Change]:
+    """The CHANGES the chart takes on KServe ``release`` (``accepted``)."""
+    return [c for c in CHANGES if accepted(c, release, chart)]
+
+
 def outcome(change: Change, run: Run) -> Outcome:
     """What ``run`` shows a user: the table's row of ``change``."""
     one, two = run.before, run.after

@@ -86,8 +86,7 @@ class Release:
     def has_defect(self, defect: str) -> bool:
         """Whether the table lists ``defect`` (its id) for this release; an id no release has is
         a mistake, not an answer."""
-        listed = (entry.get("defects") or () for entry in _table()["releases"].values())
-        known = {d["id"] for defects in listed for d in defects}
+        known = _defect_ids()
         if defect not in known:
             raise ValueError(f"no KServe release has the defect {defect!r}; known: {sorted(known)}")
         return any(entry["id"] == defect for entry in self.defects)
@@ -138,6 +137,13 @@ def _table(chart: Path | None = None) -> Obj:
     path = (chart or find_chart()) / TABLE
     data: Obj = yaml.safe_load(path.read_text())
     return data
+
+
+@functools.cache
+def _defect_ids() -> frozenset[str]:
+    """The id of every defect any release of the table has."""
+    listed = (entry.get("defects") or () for entry in _table()["releases"].values())
+    return frozenset(d["id"] for defects in listed for d in defects)
 
 
 @functools.cache
