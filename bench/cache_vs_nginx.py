@@ -9,9 +9,13 @@ stored bytes (sendfile). nginx runs with Debian's defaults that matter here (sen
 on, worker_processes auto). Each run measures both back to back (order alternating), each with one
 client, with ``--clients`` at once, and one client reading the middle half of the file (a Range
 request). Prints median MB/s for each, the median of the runs' ratios cache / nginx with their
-range, each server's CPU seconds (user + system, from its processes' /proc/PID/stat) per GB sent,
-and the load average (the machine may be shared); writes bench/out/cache-vs-nginx.json. Throughput
-here swings with the machine's load; CPU per byte is the steadier figure. Needs nginx
+range, each server's CPU seconds (user + system, from its processes' /proc/PID/stat) per GB sent
+and its clients' (the ended curls' rusage), and the load average (the machine may be shared);
+writes bench/out/cache-vs-nginx.json. Throughput here swings with the machine's load; CPU per byte
+is the steadier figure. With every core busy, the server's and the clients' CPU per byte together
+bound the throughput: on loopback the receive path's kernel work is charged to whichever side ran
+it, so a server can lower its own figure by moving work to the clients without sending faster (a
+larger send buffer does: see bench/analysis.md, 6 December 2026). Needs nginx
 (`apt-get install nginx-light`) and curl.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -101,11 +106,12 @@ class Server:
 @dataclass
 class Samples:
     """One configuration on one server: bytes per second per run, and bytes sent and CPU
-    seconds spent over all runs."""
+    seconds spent over all runs, by the server and by its clients."""
 
     rates: list[float] = field(default_factory=list)
     sent: int = 0
     cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
 
 
 Transfer = Callable[[str], tuple[float, int]]  # url -> (bytes per second, bytes sent)
@@ -169,17 +175,19 @@ def paired_runs(
     servers: list[Server], measured: dict[str, Transfer], runs: int
 ) -> dict[str, dict[str, Samples]]:
     """``runs`` rounds of every transfer from each server, in pairs, each transfer's CPU read from
-    the server's processes around it: samples by label, then by server."""
+    the server's processes and from the clients it ended around it: samples by label, then by
+    server."""
     for server in servers:  # once each, unmeasured: page cache and paths warm
         measured["one_client"](server.url)
     samples = {label: {server.name: Samples() for server in servers} for label in measured}
     for run in range(runs):  # in pairs, order alternating: drift hits both alike
         for server in servers if run % 2 == 0 else servers[::-1]:
             for label, transfer in measured.items():
-                before = cpu_seconds(server.pids)
+                before, clients_before = cpu_seconds(server.pids), ended_children_cpu_seconds()
                 rate, sent = transfer(server.url)
                 sample = samples[label][server.name]
                 sample.cpu_s += cpu_seconds(server.pids) - before
+                sample.client_cpu_s += ended_children_cpu_seconds() - clients_before
                 sample.sent += sent
                 sample.rates.append(rate)
     return samples
@@ -194,6 +202,13 @@ def cpu_seconds(pids: tuple[int, ...]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def ended_children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's children that have ended: the curls a transfer
+    ran (the servers are children too, but still running, so not counted)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def with_children(pid: int) -> tuple[int, ...]:
@@ -299,6 +314,8 @@ def summarize(samples: dict[str, dict[str, Samples]]) -> dict[str, float]:
         for name, sample in by_server.items():
             results[f"{name}_{label}_mb_s"] = statistics.median(sample.rates) / 1e6
             results[f"{name}_{label}_cpu_s_per_gb"] = sample.cpu_s / (sample.sent / 1e9)
+            client = sample.client_cpu_s / (sample.sent / 1e9)
+            results[f"{name}_{label}_client_cpu_s_per_gb"] = client
         cache, nginx = by_server["cache"].rates, by_server["nginx"].rates
         ratios = [c / n for c, n in zip(cache, nginx, strict=True)]
         results[f"ratio_{label}"] = statistics.median(ratios)
@@ -429,6 +446,13 @@ def report(results: dict[str, float], clients: int) -> None:
     print(
         f"{'CPU cache/nginx':16}{''.join(f'{_cpu_ratio(results, label):>22}' for label in labels)}"
     )
+    # On loopback the receive path's kernel work is charged to whichever side ran it, and with
+    # every core busy the sum of both sides' CPU per byte is what bounds the bytes per second.
+    for name in ("cache", "nginx"):
+        cpu = "".join(
+            f"{results[f'{name}_{label}_client_cpu_s_per_gb']:>14.3f} CPU s/GB" for label in labels
+        )
+        print(f"{name + ' clients':16}{cpu}")
 
 
 def _ratio(results: dict[str, float], label: str) -> str:

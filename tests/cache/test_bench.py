@@ -46,6 +46,7 @@ def test_cache_vs_nginx_benchmark_runs(tmp_path: Path) -> None:
         assert results[f"ratio_{label}"] > 0
         for server in ("cache", "nginx"):
             assert results[f"{server}_{label}_cpu_s_per_gb"] >= 0  # 4 MiB may take under a tick
+            assert results[f"{server}_{label}_client_cpu_s_per_gb"] > 0  # curl's start, at least
     figures = cache_vs_nginx.figures(results)
     cpu = [figure for figure in figures if figure.unit == cache_vs_nginx.CPU_UNIT]
     assert len(cpu) == len(figures) // 2 == len(LABELS)
@@ -70,6 +71,14 @@ def test_cpu_seconds_count_every_thread_of_the_process() -> None:
     while time.process_time() - spent < 0.3:
         pass
     assert cache_vs_nginx.cpu_seconds((os.getpid(),)) - before >= 0.2
+
+
+def test_the_clients_cpu_is_that_of_children_that_ended() -> None:
+    """A transfer's clients (curls run to their end) are counted once they have ended."""
+    before = cache_vs_nginx.ended_children_cpu_seconds()
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    assert cache_vs_nginx.ended_children_cpu_seconds() - before >= 0.25
 
 
 def test_a_servers_processes_are_it_and_its_children() -> None:
