@@ -180,7 +180,8 @@ def test_the_volume_is_not_kept_when_asked(major: str) -> None:
     claim = template(major, values=values).one("PersistentVolumeClaim")
     annotations = claim["metadata"]["annotations"]
     assert "helm.sh/resource-policy" not in annotations
-    assert "argocd.argoproj.io/sync-options" not in annotations
+    # Pruned after the InferenceService has left it: in its own wave the sync would wait for ever.
+    assert annotations["argocd.argoproj.io/sync-options"] == "PruneLast=true"
 
 
 def test_the_download_goes_through_the_cache_with_the_token_from_a_secret(major: str) -> None:

@@ -18,6 +18,10 @@ call, as modelled by ``ArgoCD._step``:
    kind (sync_tasks.go ``kindOrder``) and name; earlier results (``syncRes``) are read back.
    Prune tasks first have their waves reversed (``reverse_prune_waves``), so that what was
    created last is pruned first: a real Argo CD run showed this (tests/cluster/test_argocd.py).
+   The swap is made afresh on each call, over the prune tasks whose objects are still there: once
+   the last wave's prunes are done, the rest fall back to their own waves. A live object with
+   ``PruneLast=true`` in ``argocd.argoproj.io/sync-options`` is pruned one wave past the Sync
+   phase's last (``prune_last``).
 2. Running tasks are brought up to date from health (health/health.go ``GetResourceHealth``;
    health_pvc.go: a Bound claim is Healthy, Pending Progressing; health_job.go: Complete Healthy,
    Failed Degraded, else Progressing): a hook by ``getOperationPhase`` (Healthy -> Succeeded,
@@ -45,9 +49,12 @@ Tracking is by annotation, the default (util/settings/settings.go ``GetTrackingM
 ``SharedResourceWarning`` (controller/state.go ``CompareAppState``), and each sync takes it over.
 
 Left out: the client-side dry run of the first step (it validates YAML only), SyncFail/PostDelete/
-PreDelete hooks, the hook finalizer, generateName hooks, PruneLast,
-Replace/Force/ServerSideApply options, ApplyOutOfSyncOnly, namespace auto-creation and CRD ordering
-(``adjustDeps``), deletion confirmation, retries, self-heal and auto-sync timing (syncs run when a
+PreDelete hooks, the hook finalizer, generateName hooks, the wait for a pruned object that is
+still being deleted (``prunedTasksPendingDelete``: the fake deletes at once, so a claim a group
+still mounts goes here where a real sync waits for it, for ever if the group moves off it only in
+a later wave, as tests/cluster/test_argocd.py found), Replace/Force/ServerSideApply options,
+ApplyOutOfSyncOnly, namespace auto-creation and CRD ordering (``adjustDeps``), deletion
+confirmation, retries, self-heal and auto-sync timing (syncs run when a
 test says), health of kinds other than claims and Jobs (the InferenceService's Lua check included:
 tests/chart/test_argocd_health.py has it; here it has none), and foreground deletion.
 """
@@ -206,7 +213,8 @@ class Task:
     sync_status: str = ""  # Synced | SyncFailed | Pruned | PruneSkipped
     state: str = ""  # "" (pending) | Running | Succeeded | Failed
     message: str = ""
-    wave_override: int | None = None  # a prune task's wave, reversed (``reverse_prune_waves``)
+    # a prune task's wave, reversed (``reverse_prune_waves``) or last (``prune_last``)
+    wave_override: int | None = None
 
     @property
     def obj(self) -> Doc:
@@ -247,6 +255,16 @@ def reverse_prune_waves(tasks: list[Task]) -> None:
     swap = dict(zip(waves, reversed(waves), strict=True))
     for task in (t for t in tasks if t.prune):
         task.wave_override = swap[wave(task.obj)]
+
+
+def prune_last(tasks: list[Task]) -> None:
+    """``PruneLast=true`` on a live object: its prune task runs one wave past the Sync phase's
+    last (at least 0), after every object the sync applies (``syncContext.getSyncTasks``)."""
+    last = max([0, *(t.wave for t in tasks if t.phase == "Sync")]) + 1
+    for task in (t for t in tasks if t.prune):
+        assert task.live is not None
+        if option(task.live.doc, SYNC_OPTIONS, "PruneLast") == "true":
+            task.wave_override = last
 
 
 @dataclass
@@ -334,6 +352,7 @@ class ArgoCD:
             if key not in rendered and not is_hook(live.doc):
                 tasks.append(Task("Sync", key, None, live))
         reverse_prune_waves(tasks)
+        prune_last(tasks)
         tasks.sort(key=Task.order)
         for task in tasks:
             done = op.results.get((task.key, task.phase))

@@ -261,3 +261,32 @@ def test_argo_cd_prune_keeps_the_volume_unless_asked(major: str, keep: bool) -> 
     assert (cluster.get(CLAIM) is not None) is keep
     assert not download_jobs(cluster)
     assert (CLAIM in op.pruned) is not keep
+
+
+@pytest.mark.parametrize("prune_last", [True, False], ids=["chart", "without-PruneLast"])
+def test_argo_cd_prunes_a_claim_it_may_delete_after_the_group_has_left_it(
+    major: str, prune_last: bool
+) -> None:
+    """new, keepOnUninstall=false, moved to ``pvc://`` and synced with prune: the chart's
+    ``PruneLast`` prunes the claim after the InferenceService has moved to the user's claim.
+    Without it the claim's prune runs before that update: its wave is swapped with the readiness
+    Job's only while that Job's prune is pending, then falls back to -1. A real sync then waits
+    for ever for the claim, which the group's pods still mount (tests/cluster/test_argocd.py);
+    the fake deletes it at once (argo_model.py's docstring)."""
+    values: dict[str, Any] = {"model": {"storage": {"keepOnUninstall": False}}}
+    first = render(major, "new", values)
+    if not prune_last:
+        for doc in first:
+            doc["metadata"].get("annotations", {}).pop("argocd.argoproj.io/sync-options", None)
+    cluster = FakeCluster()
+    argo = ArgoCD(cluster)
+    assert argo.sync("llm", NS, first).phase == "Succeeded"
+    cluster.events.clear()
+    pvc = {"model": {**values["model"], "uri": "pvc://models/qwen"}}
+    op = argo.sync("llm", NS, render(major, "new", pvc), prune=True)
+    assert op.phase == "Succeeded", op.message
+    assert CLAIM in op.pruned
+    isvc = Key("serving.kserve.io", "InferenceService", NS, "llm-multinode-llm")
+    claim_pruned = cluster.events.index(("delete", CLAIM))
+    isvc_moved = cluster.events.index(("update", isvc))
+    assert (claim_pruned > isvc_moved) is prune_last, cluster.events
