@@ -223,8 +223,9 @@ def _model_heading(key: str, level: str) -> list[str]:
 # REPORT.md ---------------------------------------------------------------------------------------
 
 
-def write(results: Record, directory: Path) -> None:
-    """REPORT.md and the plots of the sections that have figures."""
+def write(results: Record, directory: Path, *, with_analysis: bool | None = None) -> None:
+    """REPORT.md and the plots of the sections that have figures; analysis.md at its end when
+    asked, by default only in bench/ itself (a run's report elsewhere is not what it explains)."""
     figures = results["figures"]
     parts = [_header(results)]
     goals = [f for f in figures if f.get("goal")]
@@ -244,7 +245,9 @@ def write(results: Record, directory: Path) -> None:
                 parts += [f"![{title}]({plot})", ""]
             parts += [markdown_table(section), ""]
             parts += _details(benchmark, section)
-    if ANALYSIS.exists() and directory.resolve() == ANALYSIS.parent.resolve():
+    if with_analysis is None:
+        with_analysis = directory.resolve() == ANALYSIS.parent.resolve()
+    if with_analysis and ANALYSIS.exists():
         parts += [ANALYSIS.read_text().strip(), ""]
     (directory / "REPORT.md").write_text("\n".join(parts))
 
