@@ -10,7 +10,8 @@ check (installed in argocd-cm, as docs/kserve-releases.md says) as the group for
 a member and heals; no diff after the sync; a head that cannot start (Degraded: the sync fails in
 wave 0); a download that fails (the sync fails in wave -1); a switch to a claim of the user's; the
 app's deletion. The model volume outlives each failure and the deletion; an app made again with
-``keepOnUninstall: false`` adopts it and its deletion takes it. tests/lifecycle's Argo CD model
+``keepOnUninstall: false`` adopts it and its deletion takes it; one that lets its claim go and
+moves to a claim of the user's prunes it. tests/lifecycle's Argo CD model
 (argo_model.py) takes the same steps where it can (it has no InferenceService health) and must
 agree with real Argo CD on what each applied, pruned and deleted.
 
@@ -517,6 +518,48 @@ def test_an_app_that_lets_the_claim_go_deletes_it_with_the_rest(
     )
     assert present(app.cluster, tracked) == set()
     assert names(modelled(again.values).delete_app(APP)) == tracked
+
+
+def test_a_switch_to_a_pvc_model_prunes_a_claim_the_app_lets_go(
+    app: Application, hub: FakeHub, repo: Path, tiny_model: Path
+) -> None:
+    """``keepOnUninstall: false`` under prune, a case only the model had taken: an app over hf://
+    that lets its claim go, moved to a claim of the user's and synced with prune, prunes the
+    chart's claim with the download Job, as the model says. The group's pods mount the claim
+    until KServe has moved them to the user's, and Argo CD applies nothing more while a pruned
+    object is going, so the chart has it pruned last (``PruneLast``): pruned in wave -1, before
+    the InferenceService's update, the sync waited for ever (the first run of this test)."""
+    values = app_values(app.cluster, hub)
+    values["model"]["storage"]["keepOnUninstall"] = False
+    drop = Application(app.cluster, values)
+    drop.create(repo)
+    try:
+        state = drop.sync()
+        assert state["phase"] == "Succeeded", outcome(state)
+        model = modelled(values)
+        app.cluster.model_claim(NAMESPACE, "models", tiny_model)
+        local = yaml.safe_load(LOCAL_VALUES.read_text())["model"]
+        pvc = {**values, "model": {**values["model"], "uri": local["uri"]}}
+        drop.set_values(pvc)
+        state = drop.sync(timeout=420)  # a group's restart, with room; the hang was for ever
+        assert state["phase"] == "Succeeded", outcome(state)
+        pruned = real_results(state, "Pruned")
+        assert ("PersistentVolumeClaim", CLAIM) in pruned, outcome(state)
+        # Results are listed in the order they were first recorded (``setResourceResult``).
+        recorded = [(r["kind"], r["name"]) for r in state["syncResult"]["resources"]]
+        claim_pruned = recorded.index(("PersistentVolumeClaim", CLAIM))
+        assert claim_pruned > recorded.index(("InferenceService", ISVC)), outcome(state)
+        operation = model.sync(APP, NAMESPACE, rendered(pvc), prune=True)
+        assert operation.phase == "Succeeded"
+        assert names(operation.pruned) == pruned, outcome(state)
+        wait_for(
+            lambda: not exists(app.cluster, "PersistentVolumeClaim", CLAIM),
+            300,
+            "the pruned claim gone once no pod mounts it",
+        )
+        assert group(drop).serves()
+    finally:
+        drop.delete()
 
 
 def test_the_old_chart_loses_its_claim_to_a_failed_sync(
