@@ -439,20 +439,20 @@ def report(results: dict[str, float], clients: int) -> None:
         print(f"{name + ' (median)':16}{rates}")
     print(f"{'cache/nginx':16}{''.join(f'{_ratio(results, label):>22}' for label in labels)}")
     for name in ("cache", "nginx"):
-        cpu = "".join(
-            f"{results[f'{name}_{label}_cpu_s_per_gb']:>14.3f} CPU s/GB" for label in labels
-        )
-        print(f"{name + ' CPU':16}{cpu}")
+        print(_cpu_row(results, f"{name} CPU", f"{name}_{{label}}_cpu_s_per_gb", labels))
     print(
         f"{'CPU cache/nginx':16}{''.join(f'{_cpu_ratio(results, label):>22}' for label in labels)}"
     )
     # On loopback the receive path's kernel work is charged to whichever side ran it, and with
     # every core busy the sum of both sides' CPU per byte is what bounds the bytes per second.
     for name in ("cache", "nginx"):
-        cpu = "".join(
-            f"{results[f'{name}_{label}_client_cpu_s_per_gb']:>14.3f} CPU s/GB" for label in labels
-        )
-        print(f"{name + ' clients':16}{cpu}")
+        print(_cpu_row(results, f"{name} clients", f"{name}_{{label}}_client_cpu_s_per_gb", labels))
+
+
+def _cpu_row(results: dict[str, float], title: str, key: str, labels: tuple[str, ...]) -> str:
+    """One printed row of CPU s/GB: ``key`` with ``{label}`` filled in for each column."""
+    cells = "".join(f"{results[key.format(label=label)]:>14.3f} CPU s/GB" for label in labels)
+    return f"{title:16}{cells}"
 
 
 def _ratio(results: dict[str, float], label: str) -> str:

@@ -273,6 +273,14 @@ def app_values(cluster: RealCluster, hub: FakeHub, **more: Any) -> Obj:
     return values
 
 
+def on_users_claim(cluster: RealCluster, values: Obj, tiny_model: Path) -> Obj:
+    """``values`` with the model moved to the README's claim of the user's (its ``pvc://`` URI),
+    that claim made if missing and holding the tiny model."""
+    cluster.model_claim(NAMESPACE, "models", tiny_model)
+    local = yaml.safe_load(LOCAL_VALUES.read_text())["model"]
+    return {**values, "model": {**values["model"], "uri": local["uri"]}}
+
+
 @pytest.fixture(scope="module")
 def app(cluster: RealCluster, hub: FakeHub, repo: Path) -> Iterator[Application]:
     application = Application(cluster, app_values(cluster, hub))
@@ -455,10 +463,8 @@ def test_a_switch_to_a_pvc_model_prunes_the_download_and_keeps_the_claim(
     is pruned, the chart's claim is not (keepOnUninstall: ``Prune=false``), and the group serves
     from the user's claim, as the model says."""
     claim = app.cluster.get("-n", NAMESPACE, f"pvc/{CLAIM}")["metadata"]["uid"]
-    app.cluster.model_claim(NAMESPACE, "models", tiny_model)
     model = modelled(app.values)
-    local = yaml.safe_load(LOCAL_VALUES.read_text())["model"]
-    pvc = {**app.values, "model": {**app.values["model"], "uri": local["uri"]}}
+    pvc = on_users_claim(app.cluster, app.values, tiny_model)
     app.set_values(pvc)
     state = app.sync()
     assert state["phase"] == "Succeeded", outcome(state)
@@ -537,9 +543,7 @@ def test_a_switch_to_a_pvc_model_prunes_a_claim_the_app_lets_go(
         state = drop.sync()
         assert state["phase"] == "Succeeded", outcome(state)
         model = modelled(values)
-        app.cluster.model_claim(NAMESPACE, "models", tiny_model)
-        local = yaml.safe_load(LOCAL_VALUES.read_text())["model"]
-        pvc = {**values, "model": {**values["model"], "uri": local["uri"]}}
+        pvc = on_users_claim(app.cluster, values, tiny_model)
         drop.set_values(pvc)
         state = drop.sync(timeout=420)  # a group's restart, with room; the hang was for ever
         assert state["phase"] == "Succeeded", outcome(state)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.lifecycle.argo_model import ArgoCD
+from tests.lifecycle.argo_model import SYNC_OPTIONS, ArgoCD
 from tests.lifecycle.charts import CHARTS, MODEL, component, render, render_result
 from tests.lifecycle.cluster import Doc, FakeCluster, Key
 from tests.lifecycle.helm_model import Helm, HelmError
@@ -277,7 +277,7 @@ def test_argo_cd_prunes_a_claim_it_may_delete_after_the_group_has_left_it(
     first = render(major, "new", values)
     if not prune_last:
         for doc in first:
-            doc["metadata"].get("annotations", {}).pop("argocd.argoproj.io/sync-options", None)
+            doc["metadata"].get("annotations", {}).pop(SYNC_OPTIONS, None)
     cluster = FakeCluster()
     argo = ArgoCD(cluster)
     assert argo.sync("llm", NS, first).phase == "Succeeded"
