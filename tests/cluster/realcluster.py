@@ -226,6 +226,28 @@ def chart_args(kserve: str, extra: Sequence[str] = ()) -> list[str]:
     return ["-f", str(LOCAL_VALUES), "--set", f"kserve.version={kserve}", *extra]
 
 
+def helm_chart(
+    cluster: RealCluster,
+    verb: str,
+    release: str,
+    namespace: str,
+    sets: Sequence[str],
+    *,
+    helm: int = 4,
+    timeout: str = "15m",
+    check: bool = True,
+    wait: Sequence[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``helm install`` or ``upgrade`` of the chart as the README runs it (the local values,
+    this cluster's KServe, ``sets``), waiting with the Jobs (or as ``wait`` says)."""
+    return cluster.helm(
+        verb, release, str(CHART), "--namespace", namespace,
+        *chart_args(cluster.kserve, set_flags(sets)),
+        *(WAIT[helm] if wait is None else wait), "--wait-for-jobs", "--timeout", timeout,
+        version=helm, check=check,
+    )  # fmt: skip
+
+
 @dataclass
 class Installed:
     """One helm release of the chart on a real cluster: the group as serving_checks see it."""
@@ -277,21 +299,10 @@ class Installed:
         """``helm upgrade`` with the values of the install and every upgrade before, plus
         ``sets`` (KEY=VALUE), waiting as the README says (or as ``wait`` says)."""
         self.sets = [*self.sets, *sets]
-        extra = set_flags(self.sets)
-        return self.cluster.helm(
-            "upgrade",
-            self.release,
-            str(CHART),
-            "--namespace",
-            self.namespace,
-            *chart_args(self.cluster.kserve, extra),
-            *(WAIT[helm] if wait is None else wait),
-            "--wait-for-jobs",
-            "--timeout",
-            timeout,
-            version=helm,
-            check=check,
-        )
+        return helm_chart(
+            self.cluster, "upgrade", self.release, self.namespace, self.sets,
+            helm=helm, timeout=timeout, check=check, wait=wait,
+        )  # fmt: skip
 
     def pod(self, role: str) -> Obj:
         [found] = self.pods(role)
@@ -441,21 +452,8 @@ def install(
     timeout: str = "15m",
 ) -> Installed:
     """``helm install`` as the README says (``--wait --wait-for-jobs``), timed."""
-    extra = set_flags(sets)
     started = time.monotonic()
-    cluster.helm(
-        "install",
-        release,
-        str(CHART),
-        "--namespace",
-        namespace,
-        *chart_args(cluster.kserve, extra),
-        *WAIT[helm],
-        "--wait-for-jobs",
-        "--timeout",
-        timeout,
-        version=helm,
-    )
+    helm_chart(cluster, "install", release, namespace, sets, helm=helm, timeout=timeout)
     record(
         f"KServe {cluster.kserve}",
         f"helm{helm} install {' '.join(sets) or '(PP=2, Ray)'}",

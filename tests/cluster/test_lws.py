@@ -35,12 +35,12 @@ from realcluster import (
     HEAL_S,
     MODEL,
     PREFIX,
-    WAIT,
     Clusters,
     Obj,
     RealCluster,
     chart_args,
     condition,
+    helm_chart,
     record,
     serving_lock,
     set_flags,
@@ -138,18 +138,7 @@ class Groups:
         """``helm install`` or ``upgrade`` with every value set so far, as the README waits."""
         self.sets = [*self.sets, *sets]
         started = time.monotonic()
-        self.cluster.helm(
-            verb,
-            self.release,
-            str(CHART),
-            "--namespace",
-            self.namespace,
-            *chart_args(self.cluster.kserve, set_flags(self.sets)),
-            *WAIT[4],
-            "--wait-for-jobs",
-            "--timeout",
-            timeout,
-        )
+        helm_chart(self.cluster, verb, self.release, self.namespace, self.sets, timeout=timeout)
         return time.monotonic() - started
 
     def heads(self) -> list[Obj]:
