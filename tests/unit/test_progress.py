@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from itertools import islice
 
-from multinode_llm.group.progress import RayNodeInfo, backoff, progress
+import pytest
+from multinode_llm.group import progress as progress_module
+from multinode_llm.group.progress import ProgressLog, RayNodeInfo, backoff, progress
 
 
 def _node(ip: str, gpus: float, alive: bool = True) -> RayNodeInfo:
@@ -52,3 +54,16 @@ def test_complete_group() -> None:
 def test_backoff_grows_exponentially_and_is_capped() -> None:
     assert list(islice(backoff(), 5)) == [0.25, 0.5, 1.0, 1.0, 1.0]
     assert list(islice(backoff(1, 3, 10), 4)) == [1, 3, 9, 10]
+
+
+def test_a_wait_logs_at_once_on_each_new_line_and_every_period_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    log = ProgressLog(every_s=10)
+    said = []
+    for at, line in [(100, "a"), (105, "a"), (106, "b"), (115, "b"), (116, "b"), (117, "b")]:
+        clock[0] = at
+        said.append(log.due(line))
+    assert said == [True, False, True, False, True, False]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -32,7 +31,7 @@ from multinode_llm.group.cluster import ClusterView
 from multinode_llm.group.head_watch import GroupWatch
 from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
-from multinode_llm.group.progress import backoff
+from multinode_llm.group.progress import ProgressLog, backoff
 from multinode_llm.group.supervisor import TICK_S, Deadline, GroupError, Supervisor, port_open
 from multinode_llm.health import restarts
 from multinode_llm.serving.command import engine_command, engine_env
@@ -42,7 +41,6 @@ log = logging.getLogger("multinode_llm.head")
 
 ENGINE_STOP_GRACE_S = 10.0  # in-flight requests finish; fits kubelet's default 30 s grace period
 FAILED_STOP_GRACE_S = 2.0  # a failed group has nothing to finish; vLLM ignores SIGTERM mid-start
-PROGRESS_EVERY_S = 10.0
 # Until vLLM first answers, the monitor ticks this often: the pod is Ready a fraction of a second
 # after the engine, and asking a vLLM that does not listen yet costs a refused connection.
 ENGINE_POLL_S = 0.2
@@ -153,16 +151,15 @@ class HeadSupervisor(Supervisor):
         """
         root, revision = Path(self.config.model), self.config.model_revision
         self.state.phase = "waiting for the model"
-        last_log = -PROGRESS_EVERY_S
+        progress_log = ProgressLog()
         while True:
             try:
                 snapshot = staged_model(root, revision)
             except NotStagedError as waiting:
                 if read_ref(root, revision) is not None:
                     raise GroupError(str(waiting), cause=None) from None  # a refused snapshot
-                if time.monotonic() - last_log >= PROGRESS_EVERY_S:
+                if progress_log.due():
                     log.info("waiting for the model download: %s", waiting)
-                    last_log = time.monotonic()
                 await self.pause(MODEL_POLL_S)
                 continue
             log.info("serving %s (%s, revision %s)", snapshot, root, revision)
@@ -188,7 +185,7 @@ class HeadSupervisor(Supervisor):
         """Wait for every node and GPU; GroupError at the deadline."""
         self.state.phase = "waiting for the group"
         delays = backoff()
-        last_line, last_log = "", 0.0
+        progress_log = ProgressLog()
         while True:
             self.check_children()
             progress = await watch.refresh(self.engine)
@@ -196,9 +193,8 @@ class HeadSupervisor(Supervisor):
                 log.info("group complete after %.1f s: %s", deadline.elapsed, progress.line())
                 return
             line = progress.line()
-            if line != last_line or time.monotonic() - last_log >= PROGRESS_EVERY_S:
+            if progress_log.due(line):
                 log.info("%s (%.0f s of %.0f s)", line, deadline.elapsed, deadline.seconds)
-                last_line, last_log = line, time.monotonic()
             if deadline.passed():
                 raise GroupError(
                     f"the group did not form within {deadline.seconds:.0f} s "

@@ -26,7 +26,7 @@ from multinode_llm import compile_cache
 from multinode_llm.config import WorkerConfig
 from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
-from multinode_llm.group.progress import backoff
+from multinode_llm.group.progress import ProgressLog, backoff
 from multinode_llm.group.roster import DEFAULT_LEASE_S, HEARTBEAT_PATH, JOIN_PATH, LEAVE_PATH
 from multinode_llm.group.supervisor import Deadline, GroupError, Supervisor, http_ok, resolve
 from multinode_llm.health import restarts
@@ -42,7 +42,6 @@ HEARTBEAT_S = 1.0  # well inside the head's lease (DEFAULT_LEASE_S)
 REQUEST_TIMEOUT_S = 1.0
 ENGINE_STOP_GRACE_S = 5.0  # vLLM's headless ranks exit on SIGTERM within a second or two
 LOST_HEAD_STOP_GRACE_S = 1.0  # the group is gone: nothing to finish
-PROGRESS_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ class MpWorkerSupervisor(Supervisor):
         """This run's rank from the head; GroupError at the deadline, or when no head has ranks."""
         self.state.phase = "waiting for a rank"
         self.state.update(self.facts)
-        delays, last_log = backoff(), 0.0
+        delays, progress_log = backoff(), ProgressLog()
         while True:
             why = await self._try_join()
             if self.grant is not None:
@@ -143,7 +142,7 @@ class MpWorkerSupervisor(Supervisor):
                     "names it",
                     cause=restarts.GROUP_TIMEOUT,
                 )
-            if time.monotonic() - last_log >= PROGRESS_EVERY_S:
+            if progress_log.due():
                 log.info(
                     "waiting for a rank from the head at %s: %s (%.0f s of %.0f s)",
                     self.head_address,
@@ -151,7 +150,6 @@ class MpWorkerSupervisor(Supervisor):
                     deadline.elapsed,
                     deadline.seconds,
                 )
-                last_log = time.monotonic()
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
     async def _try_join(self) -> str:

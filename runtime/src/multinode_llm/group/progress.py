@@ -1,9 +1,16 @@
-"""Pure logic of waiting for a group: counting nodes and GPUs, the words for it, and the backoff."""
+"""Pure logic of waiting for a group: counting nodes and GPUs, the words for it, the backoff,
+and how often a wait says where it is."""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+# A wait's progress line, repeated at most this often while nothing changes: often enough that
+# `kubectl logs` of a pod that seems stuck shows it alive, seldom enough to keep the log short.
+PROGRESS_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,23 @@ def backoff(initial_s: float = 0.25, factor: float = 2.0, cap_s: float = 1.0) ->
     while True:
         yield delay
         delay = min(delay * factor, cap_s)
+
+
+@dataclass
+class ProgressLog:
+    """When a long wait should log where it is: at once, whenever its line changes, and every
+    ``every_s`` while it does not."""
+
+    every_s: float = PROGRESS_EVERY_S
+    _line: str | None = None
+    _at: float = -math.inf
+
+    def due(self, line: str = "") -> bool:
+        now = time.monotonic()
+        if line == self._line and now - self._at < self.every_s:
+            return False
+        self._line, self._at = line, now
+        return True
 
 
 def _workers(count: int) -> str:

@@ -29,7 +29,7 @@ from multinode_llm.config import WorkerConfig
 from multinode_llm.group import ray_node
 from multinode_llm.group.network import collective_env
 from multinode_llm.group.process import Child
-from multinode_llm.group.progress import backoff
+from multinode_llm.group.progress import ProgressLog, backoff
 from multinode_llm.group.supervisor import (
     FINAL_PHASES,
     TICK_S,
@@ -52,7 +52,6 @@ log = logging.getLogger("multinode_llm.worker")
 
 HEAD_LOSS_GRACE_S = 5.0  # a head silent this long is gone: a blip shorter than this is tolerated
 LOST_HEAD_STOP_GRACE_S = 1.0
-PROGRESS_EVERY_S = 10.0
 
 
 class WorkerSupervisor(Supervisor):
@@ -105,7 +104,7 @@ class WorkerSupervisor(Supervisor):
         config, delays = self.config, backoff()
         self.state.phase = "waiting for the head"
         self.state.update(self.facts)
-        last_log = 0.0
+        progress_log = ProgressLog()
         while True:
             ip = await resolve(config.head_host)
             why = "its name does not resolve" if ip is None else f"{ip} does not accept connections"
@@ -122,7 +121,7 @@ class WorkerSupervisor(Supervisor):
                     "that the head pod runs and that HEAD_SVC and RAY_PORT name it",
                     cause=restarts.GROUP_TIMEOUT,
                 )
-            if time.monotonic() - last_log >= PROGRESS_EVERY_S:
+            if progress_log.due():
                 log.info(
                     "waiting for the head's Ray GCS at %s: %s (%.0f s of %.0f s)",
                     config.head_address,
@@ -130,7 +129,6 @@ class WorkerSupervisor(Supervisor):
                     deadline.elapsed,
                     deadline.seconds,
                 )
-                last_log = time.monotonic()
             await self.pause(min(next(delays), max(deadline.remaining, 0.05)))
 
     async def _head_run_closed(self, head_ip: str) -> str | None:
