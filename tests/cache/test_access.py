@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from huggingface_hub import hf_hub_download, snapshot_download
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 from multinode_llm_testing.cache import CacheProcess, assert_same_files, model_files, raw_request
 from multinode_llm_testing.fake_hub import FakeHub, FakeRepo
+from multinode_llm_testing.waits import wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
 
@@ -84,12 +84,15 @@ def test_access_decisions_expire(
     assert raw_request(cache.url, "GET", url, auth)[0] == 200
 
     repo.readers.clear()  # the Hub withdraws alice's access
-    deadline = time.monotonic() + 10
-    while (
-        status := raw_request(cache.url, "GET", url, auth)[0]
-    ) == 200 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert status == 403, "a withdrawn access was still honoured after --auth-ttl"
+
+    def refused() -> int | None:
+        status = raw_request(cache.url, "GET", url, auth)[0]
+        return None if status == 200 else status
+
+    status = wait_until(
+        refused, 10, "the cache to stop honouring a withdrawn access after --auth-ttl", 0.2
+    )
+    assert status == 403, f"a withdrawn access answered {status}, not 403"
 
 
 TRICKS = [

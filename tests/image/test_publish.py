@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
 from tests.image.conftest import ROOT
 from tests.image.layers import image_id
@@ -59,15 +59,16 @@ def registry(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
             [binary, "serve", str(work / "config.yml")], stdout=log, stderr=log
         )
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def answers() -> bool:
+            assert server.poll() is None, (work / "registry.log").read_text()
             try:
                 urllib.request.urlopen(f"http://{address}/v2/", timeout=2)
-                break
             except OSError:
-                assert server.poll() is None, (work / "registry.log").read_text()
-                assert time.monotonic() < deadline, "the registry did not answer within 30 s"
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(answers, 30, "the registry to answer", interval=0.2)
         yield address
     finally:
         server.terminate()

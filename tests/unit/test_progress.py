@@ -5,7 +5,6 @@ from __future__ import annotations
 from itertools import islice
 
 import pytest
-from multinode_llm.group import progress as progress_module
 from multinode_llm.group.progress import ProgressLog, RayNodeInfo, backoff, progress
 
 
@@ -60,7 +59,7 @@ def test_a_wait_logs_at_once_on_each_new_line_and_every_period_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [100.0]
-    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("multinode_llm.group.progress.time.monotonic", lambda: clock[0])
     log = ProgressLog(every_s=10)
     said = []
     for at, line in [(100, "a"), (105, "a"), (106, "b"), (115, "b"), (116, "b"), (117, "b")]:

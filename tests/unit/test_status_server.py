@@ -16,12 +16,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from multinode_llm_testing.ports import free_port
+from multinode_llm_testing.waits import wait_until
 
 HELPER = Path(__file__).with_name("status_server_main.py")
 NOFILE = 256
@@ -149,15 +150,6 @@ def _close(connections: list[Connection]) -> None:
         writer.transport.abort()
 
 
-def _wait_for(condition: Callable[[], bool], deadline_s: float) -> bool:
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)  # polling a condition under a deadline, not waiting for time to pass
-    return True
-
-
 def test_probes_are_answered_under_a_connection_flood_and_the_flood_is_closed(
     server: Server,
 ) -> None:
@@ -177,8 +169,10 @@ def test_probes_are_answered_under_a_connection_flood_and_the_flood_is_closed(
     assert not failed, f"probes failed under a flood of {opened} connections: {failed}"
     assert max(elapsed for _name, _result, elapsed in answers) < PROBE_TIMEOUT_S
     assert still_open == 0, f"{still_open} idle or half-sent connections are still open"
-    assert _wait_for(lambda: server.fds() <= baseline + 2, 10), (
-        f"the server holds {server.fds()} fds after the flood, {baseline} before"
+    wait_until(
+        lambda: server.fds() <= baseline + 2,
+        10,
+        f"the server's fds to fall back from {server.fds()} to about {baseline} after the flood",
     )
 
 
