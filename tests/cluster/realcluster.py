@@ -463,6 +463,19 @@ def install(
     return Installed(cluster, release, namespace, fullname, sets=list(sets))
 
 
+def keeps_removed(kserve: str) -> bool:
+    """Whether KServe ``kserve`` keeps what an update removes from a Deployment (0.15.0)."""
+    return releases.get(kserve).has_defect("deployment-update-keeps-removed")
+
+
+def remake_deployments(cluster: RealCluster, namespace: str, isvc: str) -> None:
+    """The way out docs/upgrades.md gives on such a release: delete the head's and the workers'
+    Deployments, and KServe makes them again from the InferenceService."""
+    deployments = [f"{isvc}-predictor", f"{isvc}-predictor-worker"]
+    cluster.kubectl("-n", namespace, "delete", "deployment", *deployments,
+                    "--cascade=foreground", "--timeout=300s", timeout=330)  # fmt: skip
+
+
 def helm_history(cluster: RealCluster, release: str, namespace: str, helm: int = 4) -> list[str]:
     """``helm history`` of the release: each revision's status, oldest first."""
     found = cluster.helm("history", release, "--namespace", namespace, "-o", "json", version=helm)

@@ -33,8 +33,10 @@ from realcluster import (
     chart_args,
     helm_history,
     install,
+    keeps_removed,
     record,
     releases_to_run,
+    remake_deployments,
     serving_lock,
     set_flags,
     supported_or_skip,
@@ -106,11 +108,6 @@ def pod_uids(group: Installed) -> set[str]:
 def head_env(group: Installed) -> dict[str, str]:
     container = group.pod("head")["spec"]["containers"][0]
     return {e["name"]: e.get("value", "") for e in container.get("env") or []}
-
-
-def keeps_removed(group: Installed) -> bool:
-    """Whether the cluster's KServe keeps what an update removes from a Deployment."""
-    return releases.get(group.cluster.kserve).has_defect("deployment-update-keeps-removed")
 
 
 def readiness_jobs(group: Installed) -> dict[str, Obj]:
@@ -234,7 +231,7 @@ def test_a_rollback_restores_the_first_revision_and_waits_for_it(
     timed(group, helm, "rollback to revision 1", started)
     group.sets = []
     assert generation(group) == 3
-    if keeps_removed(group):
+    if keeps_removed(group.cluster.kserve):
         # 0.15.0 patches the Deployment with the whole desired one: the removed variable stays.
         assert head_env(group)["TZ"] == "UTC"
     else:
@@ -255,12 +252,10 @@ def test_new_deployments_drop_what_a_release_that_keeps_it_kept(
     gives: delete the two Deployments; KServe makes them again from the InferenceService, and the
     head comes back without the variable the rollback removed, and serves."""
     group = installed(releases_, helm)
-    if not keeps_removed(group):
+    if not keeps_removed(group.cluster.kserve):
         pytest.skip(f"KServe {group.cluster.kserve} removes what an update removes (test above)")
     started = time.monotonic()
-    deployments = [f"{group.isvc}-predictor", f"{group.isvc}-predictor-worker"]
-    group.cluster.kubectl("-n", group.namespace, "delete", "deployment", *deployments,
-                          "--cascade=foreground", "--timeout=300s", timeout=330)  # fmt: skip
+    remake_deployments(group.cluster, group.namespace, group.isvc)
     wait_for(
         lambda: group.ready("head") and group.ready("worker") and group.serves(),
         900,
