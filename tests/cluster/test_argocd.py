@@ -324,7 +324,7 @@ def created(cluster: RealCluster, kind: str, name: str) -> datetime:
     return parse_time(meta["creationTimestamp"])
 
 
-def sync_a_move_of_the_group(app: Application) -> Obj:
+def sync_a_move_of_the_group(app: Application, timeout: float = SYNC_S) -> Obj:
     """A sync that moves the group from hf:// to a claim of the user's, finished.
 
     On a release that keeps what an update removes from a Deployment (0.15.0), the head keeps the
@@ -332,7 +332,6 @@ def sync_a_move_of_the_group(app: Application) -> Obj:
     waits in wave 0 for a group that cannot serve. The test then takes the way out
     docs/upgrades.md gives, as a user would while the sync waits: it deletes the two Deployments
     once the InferenceService has its new spec, and KServe makes them again from it."""
-    timeout = 420  # a group's restart, with room; the PruneLast hang was for ever
     if not keeps_removed(app.cluster.kserve):
         return app.sync(timeout)
 
@@ -579,7 +578,8 @@ def test_a_switch_to_a_pvc_model_prunes_a_claim_the_app_lets_go(
         model = modelled(values)
         pvc = on_users_claim(app.cluster, values, tiny_model)
         drop.set_values(pvc)
-        state = sync_a_move_of_the_group(drop)
+        # a group's restart, with room; the hang was for ever
+        state = sync_a_move_of_the_group(drop, timeout=420)
         assert state["phase"] == "Succeeded", outcome(state)
         pruned = real_results(state, "Pruned")
         assert ("PersistentVolumeClaim", CLAIM) in pruned, outcome(state)
