@@ -723,8 +723,7 @@ class PodWorker:
             "hostIPs": [{"ip": self.agent.network.bridge_ip}],
             "startTime": rfc3339(self.started_at),
             "containerStatuses": statuses,
-            "qosClass": _qos(spec["containers"]),
-        }
+        }  # no qosClass: the API server's, set at creation and immutable (a kubelet repeats it)
         if init_statuses:
             status["initContainerStatuses"] = init_statuses
         if self.ip:
@@ -821,19 +820,6 @@ def _gpus(containers: list[Obj]) -> int:
         if GPU_RESOURCE in limits:
             total += int(quantity(limits[GPU_RESOURCE], GPU_RESOURCE))
     return total
-
-
-def _qos(containers: list[Obj]) -> str:
-    resources = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in resources):
-        return "BestEffort"
-    guaranteed = all(
-        r.get("limits")
-        and (r.get("requests") or r["limits"]) == r["limits"]
-        and {"cpu", "memory"} <= set(r["limits"])
-        for r in resources
-    )
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def _with_env(container: Obj, services: list[Obj]) -> Obj:
