@@ -270,3 +270,24 @@ def test_a_full_pod_cidr_is_refused_naming_the_node() -> None:
 
 def test_a_node_advertises_its_mocked_gpus() -> None:
     assert _agent().capacity()["nvidia.com/gpu"] == "2"
+
+
+def test_kserves_llmisvc_controller_runs_from_its_build_at_its_release_only(
+    tmp_path: Path,
+) -> None:
+    """Its tag is the release local/go/llmisvc pins, whatever the manager beside it runs."""
+    program = tmp_path / "llmisvc-1" / "llmisvc"
+    program.parent.mkdir()
+    program.write_bytes(b"\x7fELF")
+    programs = {"llmisvc": str(program)}
+    image = runtime.resolve(
+        "kserve/llmisvc-controller:v0.19.0", programs, "0.17.0", tmp_path,
+        llmisvc_version="v0.19.0",
+    )  # fmt: skip
+    assert (image.entrypoint, image.user) == (("/manager",), 65532)
+    assert (Path(image.rootfs) / "manager").read_bytes() == b"\x7fELF"
+    with pytest.raises(runtime.ImageUnavailableError, match=r"llmisvc controller v0\.19\.0"):
+        runtime.resolve(
+            "kserve/llmisvc-controller:v0.17.0", programs, "0.17.0", tmp_path,
+            llmisvc_version="v0.19.0",
+        )  # fmt: skip

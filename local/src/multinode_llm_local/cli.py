@@ -257,13 +257,20 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "cluster, for the chart's group.backend=lws",
     )
     lws.add_argument("--remove", action="store_true", help="uninstall it instead")
+    llm = commands.add_parser(
+        "llmisvc",
+        help="install KServe's llmisvc controller (built from "
+        "github.com/kserve/kserve/cmd/llmisvc) on the running cluster, after `cluster lws`, for "
+        "LLMInferenceServices",
+    )
+    llm.add_argument("--remove", action="store_true", help="uninstall it instead")
     argo = commands.add_parser(
         "argocd",
         help="start Argo CD's application controller and repo server (built from "
         "github.com/argoproj/argo-cd/v3) on the running cluster, the chart's health check in "
         "argocd-cm",
     )
-    for each in (up, status, down, lws, argo):
+    for each in (up, status, down, lws, llm, argo):
         each.add_argument(
             "--prefix",
             default=real.DEFAULT_PREFIX,
@@ -307,6 +314,9 @@ def _cluster(args: argparse.Namespace) -> int:
         return 0
     if command == "lws":
         print(real.leader_worker_set(args.prefix, remove=args.remove))
+        return 0
+    if command == "llmisvc":
+        print(real.llm_inference_service(args.prefix, remove=args.remove))
         return 0
     if command == "argocd":
         print(real.argo_cd(args.prefix))

@@ -37,7 +37,7 @@ from typing import Any
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.chart import find_chart, find_helm
-from multinode_llm_local.controlplane import argocd, build, kserve, lws
+from multinode_llm_local.controlplane import argocd, build, kserve, llmisvc, lws
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.netns import namespaces_with_prefix, require_root
@@ -61,7 +61,7 @@ PROCESSES = (
 )
 
 # The modules of local/go every cluster builds, beside its KServe release's.
-PROGRAM_MODULES = ("kubernetes", "etcd", "coredns", "kube-rbac-proxy", "lws")
+PROGRAM_MODULES = ("kubernetes", "etcd", "coredns", "kube-rbac-proxy", "lws", "llmisvc")
 # Modules ``cluster build`` also builds, for what runs beside a cluster on demand (``argo_cd``).
 ADDON_MODULES = ("argocd",)
 
@@ -101,6 +101,7 @@ class ClusterInfo:
     images: dict[str, str]
     programs: dict[str, str]  # program name -> its build (the node agent's images use them)
     started: float
+    llmisvc: str = ""  # KServe's llmisvc controller built (vX.Y.Z), installed only on demand
 
     @classmethod
     def load(cls, path: Path) -> ClusterInfo:
@@ -194,6 +195,7 @@ def _start(
         images=dict(options.images),
         programs={name: str(path) for name, path in programs.items()},
         started=time.time(),
+        llmisvc=llmisvc.version(),
     )
     state.info_file.write_text(json.dumps(asdict(info), indent=1))
     progress(f"starting etcd and kube-apiserver {info.kubernetes} on {server}")
@@ -261,6 +263,29 @@ def leader_worker_set(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str
         return f"LeaderWorkerSet {info.lws} removed"
     lws.install(kubectl, Pki(state.directory / "pki"), helm)
     return f"LeaderWorkerSet {info.lws} serves its webhooks (module {lws.MODULE}@{info.lws})"
+
+
+def llm_inference_service(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str:
+    """Install KServe's llmisvc controller on the running cluster (or ``remove`` it)."""
+    state = State(prefix)
+    info = state.info()
+    if info is None or not _alive(state, "kube-apiserver"):
+        raise UserError(
+            f"no real cluster with prefix {prefix!r} is up: run `multinode-llm-local cluster up`"
+        )
+    kubectl = Kubectl(state.kubeconfig)
+    helm = find_helm(find_chart())
+    if remove:
+        llmisvc.uninstall(kubectl, helm)
+        return f"KServe's llmisvc controller {llmisvc.version()} removed"
+    if not kubectl.run("get", "crd", "--ignore-not-found", "-o", "name", lws.CRDS[0]).strip():
+        raise UserError(
+            "LeaderWorkerSet is not installed: KServe's llmisvc controller runs a multi-node "
+            "service as a LeaderWorkerSet and watches that kind only if it exists when it "
+            "starts; run `multinode-llm-local cluster lws` first"
+        )
+    llmisvc.install(kubectl, info.kserve, Pki(state.directory / "pki"), helm)
+    return f"KServe's llmisvc controller {llmisvc.version()} serves (module {llmisvc.SOURCE})"
 
 
 def argo_cd(prefix: str = DEFAULT_PREFIX) -> str:
@@ -399,6 +424,7 @@ def _build_programs(kserve_module: build.Module, progress: Progress) -> dict[str
         "kube-rbac-proxy": folders["kube-rbac-proxy"] / "kube-rbac-proxy",
         "manager": folders["kserve"] / "manager",
         "lws": folders["lws"] / "cmd",  # sigs.k8s.io/lws/cmd, installed on demand (lws.py)
+        "llmisvc": folders["llmisvc"] / "llmisvc",  # installed on demand (llmisvc.py)
     }
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"):
         programs[name] = folders["kubernetes"] / name

@@ -86,16 +86,16 @@ def module_dir(release: Release) -> Path:
 def render(release: Release, helm: Path) -> tuple[list[Obj], list[Obj], list[Obj]]:
     """KServe's CRDs, its resources and its built-in runtimes, rendered by helm from its charts."""
     charts = module_dir(release) / "charts"
-    crds = _template(helm, charts / "kserve-crd", [])
+    crds = template(helm, charts / "kserve-crd", [])
     mode = f"kserve.controller.deploymentMode={release.deployment_mode}"
-    resources = _template(helm, charts / "kserve-resources", ["--set", mode])
+    resources = template(helm, charts / "kserve-resources", ["--set", mode])
     runtimes = [o for o in resources if o["kind"] == "ClusterServingRuntime"]
     resources = [o for o in resources if o["kind"] != "ClusterServingRuntime"]
     configs = charts / "kserve-runtime-configs"
     if configs.is_dir():
         runtimes += [
             o
-            for o in _template(
+            for o in template(
                 helm,
                 configs,
                 [
@@ -115,23 +115,23 @@ def install(
 ) -> None:
     """Install the release and wait until its manager serves its webhooks."""
     crds, resources, runtimes = render(release, helm)
-    kubectl.apply(_stream(crds))
+    kubectl.apply(stream(crds))
     for crd in crds:
         kubectl.wait_for("crd", crd["metadata"]["name"], "condition=Established", 60)
     objects = certmanager.stand_in(resources, pki, NAMESPACE)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    kubectl.apply(_stream([namespace]))
+    kubectl.apply(stream([namespace]))
     # Some releases' charts give their namespaced objects no namespace (0.15.0's ServiceAccount):
     # helm install puts those into the release's namespace, and so does this.
-    kubectl.apply(_stream(objects), namespace=NAMESPACE)
+    kubectl.apply(stream(objects), namespace=NAMESPACE)
     kubectl.rollout(NAMESPACE, "deployment/kserve-controller-manager", READY_S)
     _wait_webhooks(kubectl, READY_S)
     if runtimes:
         progress(f"KServe's manager serves; adding its {len(runtimes)} built-in runtimes")
-        kubectl.apply(_stream(runtimes))
+        kubectl.apply(stream(runtimes))
 
 
-def _template(helm: Path, chart: Path, args: list[str]) -> list[Obj]:
+def template(helm: Path, chart: Path, args: list[str]) -> list[Obj]:
     result = subprocess.run(
         [str(helm), "template", "kserve", str(chart), "--namespace", NAMESPACE, *args],
         capture_output=True,
@@ -169,5 +169,5 @@ def _wait_webhooks(kubectl: Kubectl, timeout: float) -> None:
     raise UserError(f"KServe's webhooks did not answer within {timeout:.0f} s: {last}")
 
 
-def _stream(objects: list[Obj]) -> str:
+def stream(objects: list[Obj]) -> str:
     return yaml.safe_dump_all(objects, sort_keys=False)

@@ -527,6 +527,7 @@ class PodWorker:
                 self.agent.state_dir / "images",
                 self.agent.info.get("lws", ""),
                 runtime.provided(self.agent.state_dir),
+                self.agent.info.get("llmisvc", ""),
             )
         except runtime.ImageUnavailableError as error:
             self.waiting[container["name"]] = ("ErrImagePull", str(error))

@@ -8,7 +8,8 @@ is no container engine). Each image a pod may name is instead one of:
   is the runtime the image would hold;
 - a program built here from its Go module (``build.py``), laid out in a root filesystem of its own
   at the path its real image has it, with the image's entrypoint and user: KServe's manager (for
-  the one release the cluster runs), LeaderWorkerSet's manager, kube-rbac-proxy and CoreDNS.
+  the one release the cluster runs), KServe's llmisvc controller (for the one release
+  ``local/go/llmisvc`` pins), LeaderWorkerSet's manager, kube-rbac-proxy and CoreDNS.
 
 - an image a test provides for this cluster (``provide``): a command of this machine, with the
   image's environment and the folders it runs from. The tests provide KServe's storage initializer
@@ -62,11 +63,17 @@ class ImageUnavailableError(Exception):
     """No stand-in for this image here (the agent reports ErrImagePull with this message)."""
 
 
-def go_images(kserve_version: str, lws_version: str = "") -> dict[str, GoImage]:
+def go_images(
+    kserve_version: str, lws_version: str = "", llmisvc_version: str = ""
+) -> dict[str, GoImage]:
     """The Go images, by repository (their Dockerfiles: distroless, ``USER nonroot`` 65532)."""
     return {
         "kserve/kserve-controller": GoImage("manager", "/manager", 65532, f"v{kserve_version}"),
         "registry.k8s.io/lws/lws": GoImage("lws", "/manager", 65532, lws_version or "none"),
+        # KServe's llmisvc controller: one release only (local/go/llmisvc), whatever the manager's
+        "kserve/llmisvc-controller": GoImage(
+            "llmisvc", "/manager", 65532, llmisvc_version or "none"
+        ),
         "quay.io/brancz/kube-rbac-proxy": GoImage(
             "kube-rbac-proxy", "/usr/local/bin/kube-rbac-proxy", 65532
         ),
@@ -104,6 +111,7 @@ def resolve(
     cache: Path,
     lws_version: str = "",
     stand_ins: Mapping[str, Image] | None = None,
+    llmisvc_version: str = "",
 ) -> Image:
     """The stand-in for ``image``, or ImageUnavailableError saying why there is none."""
     repo, tag = repository(image), _tag(image)
@@ -113,7 +121,7 @@ def resolve(
     for reference, stand_in in stand_ins.items():
         if (repository(reference), _tag(reference)) == (repo, tag):
             return stand_in
-    known = go_images(kserve_version, lws_version)
+    known = go_images(kserve_version, lws_version, llmisvc_version)
     spec = known.get(repo)
     if spec is None:
         runs = [*OWN_REPOSITORIES, *known, *stand_ins]
@@ -124,7 +132,8 @@ def resolve(
     if spec.tag and tag != spec.tag:
         raise ImageUnavailableError(
             f"image {image!r}: only {repo}:{spec.tag} is built for this cluster "
-            f"(KServe {kserve_version}, LeaderWorkerSet {lws_version or 'not built'}); "
+            f"(KServe {kserve_version}, LeaderWorkerSet {lws_version or 'not built'}, KServe's "
+            f"llmisvc controller {llmisvc_version or 'not built'}); "
             "other tags are not"
         )
     root = _root_for(spec, Path(programs[spec.program]), cache)

@@ -1,9 +1,10 @@
 """KServe's own merge of an LLMInferenceService with its presets, run by KServe's code.
 
-``local/go/llmisvc-presets`` builds a small program over ``MergeSpecs`` and ``ReplaceVariables``
+``local/go/llmisvc`` builds a small program over ``MergeSpecs`` and ``ReplaceVariables``
 (``pkg/controller/v1alpha2/llmisvc/config_merge.go`` at the KServe release its ``go.mod`` pins):
 what the llmisvc controller does before it builds a service's LeaderWorkerSet, without the
-controller, its webhooks and its gateway stack around it.
+controller, its webhooks and its gateway stack around it. The same module builds the controller
+itself, which ``controlplane/llmisvc.py`` installs on a real cluster.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from multinode_llm.errors import UserError
 from multinode_llm_local.controlplane import build
 
 Obj = dict[str, Any]
-MODULE = "llmisvc-presets"
+MODULE = "llmisvc"  # local/go/llmisvc
+MERGE = "llmisvc-presets"  # its merge program (main.go)
 
 
 def module() -> build.Module:
@@ -35,7 +37,7 @@ def release() -> str:
 def merge(service: Obj, presets: list[Obj], tls: bool = False, progress: Any = print) -> Obj:
     """``{"config": ..., "groupSize": ...}``: the service merged over ``presets`` with KServe's
     template executed (``tls``: KServe's EnableTLS), and the LeaderWorkerSet's group size."""
-    program = build.program(module(), MODULE, progress)
+    program = build.program(module(), MERGE, progress)
     with tempfile.TemporaryDirectory(prefix="llmisvc-") as tmp:
         paths = []
         for index, doc in enumerate([service, *presets]):
