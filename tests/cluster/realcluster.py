@@ -399,6 +399,14 @@ class Installed:
         )
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """A base URL that serves ``model``, as serving_checks ask for one."""
+
+    base_url: str
+    model: str = MODEL
+
+
 def condition(obj: Obj, kind: str) -> bool:
     return any(
         c["type"] == kind and c["status"] == "True"

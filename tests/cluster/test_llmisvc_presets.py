@@ -1,11 +1,11 @@
-"""The chart's LLMInferenceService preset through KServe's own merge (``local/go/llmisvc-presets``:
+"""The chart's LLMInferenceService preset through KServe's own merge (``local/go/llmisvc``:
 ``MergeSpecs`` and ``ReplaceVariables`` of ``pkg/controller/v1alpha2/llmisvc/config_merge.go``
 at the KServe release it pins): an LLMInferenceService with ``parallelism`` and a ``worker``
 comes out as the head and workers of this runtime, sized by the service, with its resources, and
 the runtime reads what KServe wrote as the group it is.
 
-KServe's llmisvc controller itself builds here (``go build github.com/kserve/kserve/cmd/llmisvc``)
-but does not run in these tests: docs/llmisvc.md says what it would need.
+KServe's llmisvc controller itself serves the preset in test_llmisvc.py (``tox -e cluster-lws``);
+this module checks the merge's details without starting a group.
 """
 
 from __future__ import annotations

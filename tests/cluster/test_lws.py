@@ -36,6 +36,7 @@ from realcluster import (
     MODEL,
     PREFIX,
     Clusters,
+    Endpoint,
     Obj,
     RealCluster,
     chart_args,
@@ -51,8 +52,8 @@ LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 ALL_EXECUTORS = ("ray", "mp")  # each in its namespace, lws-<executor>
-# Ray, the chart's default, in tox -e cluster; mp as well in tox -e cluster-lws (about 12 minutes
-# more each: every scenario starts whole groups).
+# Ray, the chart's default, then mp (about 12 minutes more: every scenario starts whole groups;
+# `-m "not lws_mp"` leaves it out).
 EXECUTORS = ("ray", pytest.param("mp", marks=pytest.mark.lws_mp))
 
 
@@ -185,7 +186,7 @@ class Groups:
     def serves_at(self, url: str) -> bool:
         with contextlib.suppress(Exception):
             status, _ = checks.post(
-                _At(url),
+                Endpoint(url),
                 "/v1/completions",
                 {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
             )
@@ -202,13 +203,6 @@ class Groups:
     def restarts(self, group: int, role: str) -> int:
         statuses = self.pod(group, role)["status"].get("containerStatuses") or []
         return sum(int(s.get("restartCount", 0)) for s in statuses)
-
-
-@dataclass
-class _At:
-    """A base URL for serving_checks."""
-
-    base_url: str
 
 
 @pytest.fixture(scope="module", params=EXECUTORS)

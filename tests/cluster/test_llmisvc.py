@@ -1,0 +1,192 @@
+"""KServe's own llmisvc controller on the real control plane: an LLMInferenceService of tensor x
+pipeline parallelism with a ``worker``, over the chart's preset, serves as a group of this runtime.
+
+The controller is KServe's ``cmd/llmisvc`` at the release ``local/go/llmisvc`` pins, installed from
+KServe's own charts with its webhooks (``multinode-llm-local cluster llmisvc``), beside the KServe
+manager of the same release and the real LeaderWorkerSet controller. No Gateway API runs: the
+service has no ``spec.router`` and is reached through KServe's workload Service. Without the
+chart's preset KServe stops such a service at ``ConfigNotFound`` (docs/llmisvc.md); with it, its
+controller makes a LeaderWorkerSet of the runtime's head and worker, and the group answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from multinode_llm_local.controlplane import cluster as real
+from multinode_llm_local.kserve import llmisvc, releases
+from multinode_llm_testing import serving_checks as checks
+from realcluster import (
+    HEAL_S,
+    MODEL,
+    PREFIX,
+    Clusters,
+    Endpoint,
+    Obj,
+    RealCluster,
+    condition,
+    helm_chart,
+    record,
+    serving_lock,
+    wait_for,
+)
+
+NAMESPACE = "llmisvc"
+SERVICE = "tiny"
+PRESET = "kserve-config-llm-worker-pipeline-parallel"  # the name KServe looks up (config_merge.go)
+LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+GPU = {"nvidia.com/gpu": "1"}
+
+
+def service(namespace: str = NAMESPACE) -> Obj:
+    """TP 1 x PP 2 of the tiny model on the claim: a head and one worker, one mocked GPU each."""
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceService",
+        "metadata": {"name": SERVICE, "namespace": namespace},
+        "spec": {
+            "model": {"uri": f"pvc://models/{MODEL}", "name": MODEL},
+            "parallelism": {"tensor": 1, "pipeline": 2},
+            "template": {"containers": [{"name": "main", "resources": {"limits": GPU}}]},
+            "worker": {"containers": [{"name": "main", "resources": {"limits": GPU}}]},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters: Clusters, tiny_model: Path) -> Iterator[RealCluster]:
+    version = llmisvc.release()
+    if releases.default().version != version:
+        pytest.skip(
+            f"KServe's llmisvc controller is built at {version} only, and the chart's default "
+            f"release is {releases.default().version}"
+        )
+    running = clusters.get(version)
+    ours = not running.has_crd(LWS_CRD)
+    if ours:
+        real.leader_worker_set(PREFIX)
+    real.llm_inference_service(PREFIX)
+    running.model_claim(NAMESPACE, "models", tiny_model)
+    # The chart's preset alone (model.uri empty), as docs/llmisvc.md installs it.
+    helm_chart(running, "install", "presets", NAMESPACE,
+               ["llmInferenceServicePresets.enabled=true", "model.uri="])  # fmt: skip
+    yield running
+    # The service's finalizer is the controller's: the service goes before the controller does.
+    running.kubectl("delete", "llminferenceservices", "--all", "-n", NAMESPACE, "--wait",
+                    timeout=180)  # fmt: skip
+    running.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    real.llm_inference_service(PREFIX, remove=True)
+    if ours:
+        real.leader_worker_set(PREFIX, remove=True)
+        # test_lws.py asks a cluster without the kind first: gone, not going
+        wait_for(lambda: not running.has_crd(LWS_CRD), 180, "the LeaderWorkerSet CRD removed")
+
+
+def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(cluster: RealCluster) -> None:
+    """KServe validates a preset by executing its template on a sample service (the controller's
+    validating webhook): the chart's went through it; one naming a field KServe lacks does not."""
+    preset = cluster.get("-n", NAMESPACE, f"llminferenceserviceconfig/{PRESET}")
+    assert preset["apiVersion"] == "serving.kserve.io/v1alpha2"
+    broken = {
+        "apiVersion": "serving.kserve.io/v1alpha2",
+        "kind": "LLMInferenceServiceConfig",
+        "metadata": {"name": "broken", "namespace": NAMESPACE},
+        "spec": {"template": {"containers": [
+            {"name": "main", "args": ["{{ .Spec.NoSuchField }}"]},
+        ]}},
+    }  # fmt: skip
+    with pytest.raises(AssertionError, match="webhook"):
+        cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(broken))
+
+
+def test_without_the_preset_kserve_stops_the_service_at_config_not_found(
+    cluster: RealCluster,
+) -> None:
+    """KServe looks for the preset in the service's namespace, then in its own: in a namespace
+    without the chart's, the same service gets no group (docs/llmisvc.md)."""
+    bare = f"{NAMESPACE}-bare"
+    cluster.kubectl("create", "namespace", bare)
+    try:
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service(bare)))
+
+        def presets(status: str) -> Obj | None:
+            found = cluster.get("-n", bare, f"llminferenceservice/{SERVICE}")
+            conditions = (found.get("status") or {}).get("conditions") or []
+            return next(
+                (c for c in conditions if c["type"] == "PresetsCombined" and c["status"] == status),
+                None,
+            )
+
+        wait_for(lambda: presets("False"), 60, "KServe's verdict on the service's presets")
+        verdict = presets("False")
+        assert verdict is not None
+        assert verdict["reason"] == "ConfigNotFound", verdict
+        assert PRESET in verdict["message"], verdict
+        assert not cluster.items("leaderworkersets", "-n", bare)
+    finally:
+        cluster.kubectl("delete", "llminferenceservices", "--all", "-n", bare, "--wait",
+                        timeout=180)  # fmt: skip
+        cluster.kubectl("delete", "namespace", bare, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def served(cluster: RealCluster) -> Iterator[Endpoint]:
+    """The service applied, once it answers a completion through KServe's workload Service."""
+    with serving_lock():
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service()))
+        took = wait_for(lambda: _serves(cluster), HEAL_S, "the LLMInferenceService serving")
+        record("KServe llmisvc", "LLMInferenceService applied -> serves (PP=2)", took)
+        yield _workload(cluster)
+
+
+def _workload(cluster: RealCluster) -> Endpoint:
+    """KServe's workload Service over the groups' leaders (``workload.go``: port 8000)."""
+    ip = cluster.cluster_ip(NAMESPACE, f"{SERVICE}-kserve-workload-svc")
+    return Endpoint(f"http://{ip}:8000")
+
+
+def _serves(cluster: RealCluster) -> bool:
+    with contextlib.suppress(Exception):
+        status, _ = checks.post(
+            _workload(cluster),
+            "/v1/completions",
+            {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
+        )
+        return status == 200
+    return False
+
+
+def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
+    cluster: RealCluster, served: Endpoint
+) -> None:
+    status = cluster.get("-n", NAMESPACE, f"llminferenceservice/{SERVICE}")["status"]
+    # what KServe merged, in its own words: the chart's preset, found in the service's namespace
+    assert status["appliedConfigs"] == [
+        {"name": PRESET, "namespace": NAMESPACE, "source": "Preset"}
+    ], status
+    assert condition({"status": status}, "PresetsCombined")
+    group = cluster.get("-n", NAMESPACE, f"leaderworkerset/{SERVICE}-kserve-mn")
+    template = group["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2  # parallelism.pipeline
+    # A head is Ready only once its group has formed: LeaderReady would never start the worker.
+    assert group["spec"]["startupPolicy"] == "LeaderCreated"
+    # KServe's choice, not the chart's (docs/lws.md heals in place): any restart remakes the group
+    assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    assert (leader["command"], leader["args"][:2]) == (["multinode-llm"], ["head", "--port"])
+    assert (worker["command"], worker["args"]) == (["multinode-llm"], ["worker"])
+    checks.check_models(served)
+
+
+def test_the_service_becomes_ready(cluster: RealCluster, served: Endpoint) -> None:
+    took = wait_for(
+        lambda: condition(cluster.get("-n", NAMESPACE, f"llminferenceservice/{SERVICE}"), "Ready"),
+        120,
+        "the LLMInferenceService Ready",
+    )
+    record("KServe llmisvc", "serves -> LLMInferenceService Ready", took)
