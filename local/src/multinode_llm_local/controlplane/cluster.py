@@ -248,14 +248,20 @@ def _start(
     return info
 
 
-def leader_worker_set(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str:
-    """Install LeaderWorkerSet's controller on the running cluster (or ``remove`` it)."""
+def _running(prefix: str) -> tuple[State, ClusterInfo]:
+    """The state and record of the cluster with ``prefix``, which must be up."""
     state = State(prefix)
     info = state.info()
     if info is None or not _alive(state, "kube-apiserver"):
         raise UserError(
             f"no real cluster with prefix {prefix!r} is up: run `multinode-llm-local cluster up`"
         )
+    return state, info
+
+
+def leader_worker_set(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str:
+    """Install LeaderWorkerSet's controller on the running cluster (or ``remove`` it)."""
+    state, info = _running(prefix)
     kubectl = Kubectl(state.kubeconfig)
     helm = find_helm(find_chart())
     if remove:
@@ -267,17 +273,13 @@ def leader_worker_set(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str
 
 def llm_inference_service(prefix: str = DEFAULT_PREFIX, remove: bool = False) -> str:
     """Install KServe's llmisvc controller on the running cluster (or ``remove`` it)."""
-    state = State(prefix)
-    info = state.info()
-    if info is None or not _alive(state, "kube-apiserver"):
-        raise UserError(
-            f"no real cluster with prefix {prefix!r} is up: run `multinode-llm-local cluster up`"
-        )
+    state, info = _running(prefix)
     kubectl = Kubectl(state.kubeconfig)
     helm = find_helm(find_chart())
     if remove:
         llmisvc.uninstall(kubectl, helm)
         return f"KServe's llmisvc controller {llmisvc.version()} removed"
+    # Checked first: the controller looks for the kind once, when it starts (llmisvc.py).
     if not kubectl.run("get", "crd", "--ignore-not-found", "-o", "name", lws.CRDS[0]).strip():
         raise UserError(
             "LeaderWorkerSet is not installed: KServe's llmisvc controller runs a multi-node "
@@ -291,12 +293,7 @@ def llm_inference_service(prefix: str = DEFAULT_PREFIX, remove: bool = False) ->
 def argo_cd(prefix: str = DEFAULT_PREFIX) -> str:
     """Start Argo CD's application controller and repo server on the running cluster, with the
     chart's InferenceService health check in argocd-cm (``argocd.py``)."""
-    state = State(prefix)
-    info = state.info()
-    if info is None or not _alive(state, "kube-apiserver"):
-        raise UserError(
-            f"no real cluster with prefix {prefix!r} is up: run `multinode-llm-local cluster up`"
-        )
+    state, _ = _running(prefix)
     if _alive(state, "argocd-application-controller"):
         return f"Argo CD {argocd.version()} already runs"
     network = ClusterNetwork(prefix=prefix)
