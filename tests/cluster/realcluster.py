@@ -372,14 +372,7 @@ class Installed:
 
     def serves(self) -> bool:
         """Whether one completion comes back through the predictor Service now."""
-        with contextlib.suppress(Exception):
-            status, _ = checks.post(
-                self,
-                "/v1/completions",
-                {"model": self.model, "prompt": "Heal", "max_tokens": 2, "temperature": 0},
-            )
-            return status == 200
-        return False
+        return checks.answers(self)
 
     def heals_after_killing(self, role: str, timeout: float = HEAL_S) -> float:
         """Kill ``role`` and wait until it restarted and the group serves again: the seconds."""

@@ -11,7 +11,6 @@ controller makes a LeaderWorkerSet of the runtime's head and worker, and the gro
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,7 +137,9 @@ def served(cluster: RealCluster) -> Iterator[Endpoint]:
     """The service applied, once it answers a completion through KServe's workload Service."""
     with serving_lock():
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service()))
-        took = wait_for(lambda: _serves(cluster), HEAL_S, "the LLMInferenceService serving")
+        took = wait_for(
+            lambda: checks.answers(_workload(cluster)), HEAL_S, "the LLMInferenceService serving"
+        )
         record("KServe llmisvc", "LLMInferenceService applied -> serves (PP=2)", took)
         yield _workload(cluster)
 
@@ -147,17 +148,6 @@ def _workload(cluster: RealCluster) -> Endpoint:
     """KServe's workload Service over the groups' leaders (``workload.go``: port 8000)."""
     ip = cluster.cluster_ip(NAMESPACE, f"{SERVICE}-kserve-workload-svc")
     return Endpoint(f"http://{ip}:8000")
-
-
-def _serves(cluster: RealCluster) -> bool:
-    with contextlib.suppress(Exception):
-        status, _ = checks.post(
-            _workload(cluster),
-            "/v1/completions",
-            {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
-        )
-        return status == 200
-    return False
 
 
 def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(

@@ -184,14 +184,7 @@ class Groups:
         )
 
     def serves_at(self, url: str) -> bool:
-        with contextlib.suppress(Exception):
-            status, _ = checks.post(
-                Endpoint(url),
-                "/v1/completions",
-                {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
-            )
-            return status == 200
-        return False
+        return checks.answers(Endpoint(url))
 
     def kill(self, group: int, role: str) -> None:
         """SIGKILL the container's init: every process of it dies; the node agent restarts it."""

@@ -4,6 +4,7 @@ suite (tests/e2e) and the kind suite (tests/kind) share. A group is anything wit
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from typing import Any, Protocol
@@ -38,6 +39,17 @@ def post(group: Reachable, path: str, body: dict[str, Any]) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+
+
+def answers(group: Served) -> bool:
+    """Whether one short completion comes back now: what a test waits on while a group heals.
+    Any failure (refused, reset, timed out, not 200) is a "not yet"."""
+    body = {"model": group.model, "prompt": "Hi", "max_tokens": 2, "temperature": 0}
+    try:
+        status, _ = post(group, "/v1/completions", body)
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return status == 200
 
 
 def check_models(group: Served) -> None:
