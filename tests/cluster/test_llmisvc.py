@@ -36,7 +36,8 @@ from realcluster import (
 
 NAMESPACE = "llmisvc"
 SERVICE = "tiny"
-PRESET = "kserve-config-llm-worker-pipeline-parallel"  # the name KServe looks up (config_merge.go)
+# the name KServe looks up (pkg/controller/v1alpha2/llmisvc/config_merge.go at v0.19.0)
+PRESET = "kserve-config-llm-worker-pipeline-parallel"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 GPU = {"nvidia.com/gpu": "1"}
 
@@ -87,7 +88,8 @@ def cluster(clusters: Clusters, tiny_model: Path) -> Iterator[RealCluster]:
 
 def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(cluster: RealCluster) -> None:
     """KServe validates a preset by executing its template on a sample service (the controller's
-    validating webhook): the chart's went through it; one naming a field KServe lacks does not."""
+    validating webhook, ``validateLLMISVCConfig`` in ``cmd/llmisvc/main.go`` at v0.19.0): the
+    chart's went through it; one naming a field KServe lacks does not."""
     preset = cluster.get("-n", NAMESPACE, f"llminferenceserviceconfig/{PRESET}")
     assert preset["apiVersion"] == "serving.kserve.io/v1alpha2"
     broken = {
@@ -145,7 +147,8 @@ def served(cluster: RealCluster) -> Iterator[Endpoint]:
 
 
 def _workload(cluster: RealCluster) -> Endpoint:
-    """KServe's workload Service over the groups' leaders (``workload.go``: port 8000)."""
+    """KServe's workload Service over the groups' leaders, on port 8000
+    (``pkg/controller/v1alpha2/llmisvc/workload.go`` at v0.19.0)."""
     ip = cluster.cluster_ip(NAMESPACE, f"{SERVICE}-kserve-workload-svc")
     return Endpoint(f"http://{ip}:8000")
 
@@ -159,6 +162,7 @@ def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
         {"name": PRESET, "namespace": NAMESPACE, "source": "Preset"}
     ], status
     assert condition({"status": status}, "PresetsCombined")
+    # the group's name (mainLWSName, pkg/controller/v1alpha2/llmisvc/workload_multi_node.go v0.19.0)
     group = cluster.get("-n", NAMESPACE, f"leaderworkerset/{SERVICE}-kserve-mn")
     template = group["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2  # parallelism.pipeline

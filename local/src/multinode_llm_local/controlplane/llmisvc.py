@@ -9,8 +9,9 @@ ConfigMap, which the controller reads, stays the manager's. ``certmanager.py`` i
 Service's certificate and puts its CA into the webhook configurations and the CRDs' conversion
 webhooks. Installed on demand (``multinode-llm-local cluster llmisvc``, or
 ``cluster.llm_inference_service``), after LeaderWorkerSet: the controller watches LeaderWorkerSets
-only where their CRD exists when it starts. No Gateway API or scheduler runs: a service without
-``spec.router`` needs neither.
+only where their CRD exists when it starts (``SetupWithManager`` asks ``IsCrdAvailable``,
+``pkg/controller/v1alpha2/llmisvc/controller.go`` at v0.19.0). No Gateway API or scheduler
+runs: a service without ``spec.router`` needs neither.
 """
 
 from __future__ import annotations
