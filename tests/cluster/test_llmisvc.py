@@ -139,11 +139,18 @@ def served(cluster: RealCluster) -> Iterator[Endpoint]:
     """The service applied, once it answers a completion through KServe's workload Service."""
     with serving_lock():
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service()))
-        took = wait_for(
-            lambda: checks.answers(_workload(cluster)), HEAL_S, "the LLMInferenceService serving"
-        )
+        took = wait_for(lambda: _answers(cluster), HEAL_S, "the LLMInferenceService serving")
         record("KServe llmisvc", "LLMInferenceService applied -> serves (PP=2)", took)
         yield _workload(cluster)
+
+
+def _answers(cluster: RealCluster) -> bool:
+    """Whether the group answers through KServe's workload Service, once KServe has made it."""
+    try:
+        workload = _workload(cluster)
+    except AssertionError:  # kubectl get: the Service is not there yet
+        return False
+    return checks.answers(workload)
 
 
 def _workload(cluster: RealCluster) -> Endpoint:
