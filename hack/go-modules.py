@@ -33,6 +33,10 @@ GO = ROOT / "local" / "go"
 RELEASES = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"
 UNSERVED = GO / "unserved.yaml"
 GO_LINE = "1.26.0"
+# LLMInferenceService v1alpha2 and its controller's package (pkg/controller/v1alpha2/llmisvc) from
+# this release on; 0.16.0 has only v1alpha1, whose presets the chart does not ship.
+LLMISVC_FROM = (0, 17, 0)
+LLMISVC_MERGE = "llmisvc-presets"  # a module's folder holding KServe's merge over the presets
 
 KUBERNETES = "v1.37.2"
 # module folder -> (the module it requires, its version, the main packages it builds)
@@ -206,6 +210,11 @@ def kserve_modules() -> None:
     unserved: dict[str, str] = {}
     for folder in GO.glob("kserve-v*"):
         shutil.rmtree(folder)
+    for folder in GO.glob("llmisvc-v*"):  # kept: a merge program's main.go, which we wrote
+        for written in ("go.mod", "go.sum"):
+            (folder / written).unlink(missing_ok=True)
+        if not any(folder.iterdir()):
+            folder.rmdir()
     for release in releases:
         version = f"v{release}"
         text = module_file("github.com/kserve/kserve", version)
@@ -214,9 +223,10 @@ def kserve_modules() -> None:
             print(f"kserve {version}: not served ({unserved[release]})")
             continue
         tools = ["github.com/kserve/kserve/cmd/manager"]
-        write_module(
-            f"kserve-{version}", "github.com/kserve/kserve", version, tools, upstream_replaces(text)
-        )
+        replaces = upstream_replaces(text)
+        write_module(f"kserve-{version}", "github.com/kserve/kserve", version, tools, replaces)
+        if tuple(int(part) for part in release.split(".")) >= LLMISVC_FROM:
+            llmisvc_module(version, replaces)
     header = (
         "# Written by hack/go-modules.py: the KServe releases of kserve-releases.yaml whose Go\n"
         "# module the proxy refused (its answer), so none of their managers is built here.\n"
@@ -224,6 +234,16 @@ def kserve_modules() -> None:
     # The proxy's answer as lines (it names a URL, and yamllint holds lines to 160 characters).
     answers = {release: answer.splitlines() for release, answer in unserved.items()}
     UNSERVED.write_text(header + yaml.safe_dump(answers, width=150))
+
+
+def llmisvc_module(version: str, replaces: list[str]) -> None:
+    """``llmisvc-{version}``: KServe's llmisvc controller at that tag, and the merge program where
+    the folder has one (``kserve/llmisvc.py`` runs it)."""
+    name = f"llmisvc-{version}"
+    tools = ["github.com/kserve/kserve/cmd/llmisvc"]
+    if (GO / name / LLMISVC_MERGE / "main.go").is_file():
+        tools.append(f"multinode-llm.local/{name}/{LLMISVC_MERGE}")
+    write_module(name, "github.com/kserve/kserve", version, tools, replaces)
 
 
 def main(argv: list[str]) -> int:

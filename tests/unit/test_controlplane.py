@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 from multinode_llm.errors import UserError
-from multinode_llm_local.controlplane import build, certmanager, kserve, node, runtime
+from multinode_llm_local.controlplane import build, certmanager, kserve, llmisvc, node, runtime
 from multinode_llm_local.controlplane.api import Api
 from multinode_llm_local.controlplane.network import ClusterNetwork
 from multinode_llm_local.controlplane.pki import Pki
@@ -275,19 +275,47 @@ def test_a_node_advertises_its_mocked_gpus() -> None:
 def test_kserves_llmisvc_controller_runs_from_its_build_at_its_release_only(
     tmp_path: Path,
 ) -> None:
-    """Its tag is the release local/go/llmisvc pins, whatever the manager beside it runs."""
+    """Its tag is the manager's release, the one its module (local/go/llmisvc-vX.Y.Z) builds."""
     program = tmp_path / "llmisvc-1" / "llmisvc"
     program.parent.mkdir()
     program.write_bytes(b"\x7fELF")
     programs = {"llmisvc": str(program)}
     image = runtime.resolve(
-        "kserve/llmisvc-controller:v0.19.0", programs, "0.17.0", tmp_path,
-        llmisvc_version="v0.19.0",
+        "kserve/llmisvc-controller:v0.17.0", programs, "0.17.0", tmp_path,
+        llmisvc_version="v0.17.0",
     )  # fmt: skip
     assert (image.entrypoint, image.user) == (("/manager",), 65532)
     assert (Path(image.rootfs) / "manager").read_bytes() == b"\x7fELF"
-    with pytest.raises(runtime.ImageUnavailableError, match=r"llmisvc controller v0\.19\.0"):
+    with pytest.raises(runtime.ImageUnavailableError, match=r"llmisvc controller v0\.17\.0"):
         runtime.resolve(
-            "kserve/llmisvc-controller:v0.17.0", programs, "0.17.0", tmp_path,
-            llmisvc_version="v0.19.0",
+            "kserve/llmisvc-controller:v0.19.0", programs, "0.17.0", tmp_path,
+            llmisvc_version="v0.17.0",
         )  # fmt: skip
+    with pytest.raises(runtime.ImageUnavailableError, match="llmisvc controller not built"):
+        runtime.resolve("kserve/llmisvc-controller:v0.16.0", programs, "0.16.0", tmp_path)
+
+
+def test_a_modules_family_is_its_folder_less_the_release() -> None:
+    found = build.modules(ROOT / "local" / "go")
+    assert found["kserve-v0.19.0"].family == "kserve"
+    assert found["llmisvc-v0.19.0"].family == "llmisvc"
+    assert found["kube-rbac-proxy"].family == "kube-rbac-proxy"
+    assert (
+        build.release_module("llmisvc", "v0.19.0", ROOT / "local" / "go")
+        == found["llmisvc-v0.19.0"]
+    )
+    assert build.release_module("llmisvc", "0.16.0", ROOT / "local" / "go") is None
+
+
+def test_each_llmisvc_controller_is_built_at_a_release_whose_manager_is() -> None:
+    """One module per release with LLMInferenceService v1alpha2 (0.17.0 on), each pinning
+    KServe at its own release, beside that release's manager module."""
+    built = llmisvc.built_versions()
+    assert built, "no local/go/llmisvc-v*: hack/go-modules.py kserve writes them"
+    assert set(built) <= set(kserve.built_versions())
+    assert all(tuple(int(p) for p in v.split(".")) >= (0, 17, 0) for v in built)
+    for version in built:
+        module = llmisvc.module(version)
+        assert module is not None
+        assert llmisvc.version(module) == f"v{version}"
+        assert "github.com/kserve/kserve/cmd/llmisvc" in module.tools()

@@ -260,8 +260,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     llm = commands.add_parser(
         "llmisvc",
         help="install KServe's llmisvc controller (built from "
-        "github.com/kserve/kserve/cmd/llmisvc) on the running cluster, after `cluster lws`, for "
-        "LLMInferenceServices",
+        "github.com/kserve/kserve/cmd/llmisvc at the cluster's KServe release) on the running "
+        "cluster, after `cluster lws`, for LLMInferenceServices",
     )
     llm.add_argument("--remove", action="store_true", help="uninstall it instead")
     argo = commands.add_parser(
@@ -282,6 +282,7 @@ def _cluster(args: argparse.Namespace) -> int:
     from multinode_llm_local.controlplane import build
     from multinode_llm_local.controlplane import cluster as real
     from multinode_llm_local.controlplane import kserve as real_kserve
+    from multinode_llm_local.controlplane import llmisvc as real_llmisvc
 
     command = args.cluster_command
     if command == "up":
@@ -301,7 +302,10 @@ def _cluster(args: argparse.Namespace) -> int:
         names = [*real.PROGRAM_MODULES, *real.ADDON_MODULES]
         asked = [v for each in args.kserve_version for v in each.split(",")] or [""]
         versions = real_kserve.built_versions() if "all" in asked else asked
-        names += [real_kserve.resolve(v).module.name for v in versions]
+        for version in versions:  # the manager, and its release's llmisvc controller if any
+            release = real_kserve.resolve(version)
+            controller = real_llmisvc.module(release.version)
+            names += [release.module.name, *([controller.name] if controller else [])]
         for name in names:
             print(build.build(modules[name], _progress))
         return 0

@@ -3,9 +3,10 @@
 Each folder of ``local/go/`` is one Go module whose ``go.mod`` pins what it builds (its ``tool``
 lines name the main packages) and whose ``go.sum`` pins every byte: ``kubernetes`` (kube-apiserver,
 kube-controller-manager, kube-scheduler, kube-proxy from ``k8s.io/kubernetes``, its staging
-modules replaced by the same minor), ``etcd``, ``coredns``, ``kube-rbac-proxy`` and one
-``kserve-vX.Y.Z`` per KServe release the Go module proxy serves (``python3 hack/go-modules.py``
-writes them). A build lands in ``~/.cache/multinode-llm/control-plane/<folder>-<key>/``
+modules replaced by the same minor), ``etcd``, ``coredns``, ``kube-rbac-proxy``, one
+``kserve-vX.Y.Z`` per KServe release the Go module proxy serves and one ``llmisvc-vX.Y.Z`` per
+such release with KServe's llmisvc controller (``python3 hack/go-modules.py`` writes them). A
+build lands in ``~/.cache/multinode-llm/control-plane/<folder>-<key>/``
 (``$XDG_CACHE_HOME`` if set), keyed by a hash of the module's files, the Go version and the
 flags: a second run finds it and takes no time, and Go's own module and build caches (outside the
 checkout) make a rebuild after a pin change cost only what changed. Binaries are static
@@ -41,6 +42,7 @@ COLD_MINUTES = {
     "coredns": 5,
     "kube-rbac-proxy": 2,
     "kserve": 6,
+    "llmisvc": 2,  # after its release's manager, whose packages it shares; about 6 alone
     "argocd": 5,
 }
 HEARTBEAT_S = 60.0
@@ -78,8 +80,8 @@ class Module:
 
     @property
     def family(self) -> str:
-        """``kserve`` for every ``kserve-vX.Y.Z``, else the folder's name."""
-        return "kserve" if self.name.startswith("kserve-") else self.name
+        """The folder's name less a release suffix: ``kserve`` for every ``kserve-vX.Y.Z``."""
+        return re.sub(r"-v\d+\.\d+\.\d+$", "", self.name)
 
     def text(self) -> str:
         return (self.directory / "go.mod").read_text()
@@ -136,9 +138,10 @@ def modules(root: Path | None = None) -> dict[str, Module]:
     return {path.parent.name: Module(path.parent) for path in sorted(base.glob("*/go.mod"))}
 
 
-def kserve_module(version: str, root: Path | None = None) -> Module | None:
-    """The module that builds KServe ``version``'s manager (``0.19.0``), or None when none does."""
-    return modules(root).get(f"kserve-v{version.lstrip('v')}")
+def release_module(family: str, version: str, root: Path | None = None) -> Module | None:
+    """The module of ``family`` (``kserve``: the manager; ``llmisvc``: its llmisvc controller)
+    at KServe ``version`` (``0.19.0``), or None when none is built at that release."""
+    return modules(root).get(f"{family}-v{version.lstrip('v')}")
 
 
 def go_version() -> str:

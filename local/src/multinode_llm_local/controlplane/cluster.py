@@ -61,7 +61,7 @@ PROCESSES = (
 )
 
 # The modules of local/go every cluster builds, beside its KServe release's.
-PROGRAM_MODULES = ("kubernetes", "etcd", "coredns", "kube-rbac-proxy", "lws", "llmisvc")
+PROGRAM_MODULES = ("kubernetes", "etcd", "coredns", "kube-rbac-proxy", "lws")
 # Modules ``cluster build`` also builds, for what runs beside a cluster on demand (``argo_cd``).
 ADDON_MODULES = ("argocd",)
 
@@ -101,7 +101,9 @@ class ClusterInfo:
     images: dict[str, str]
     programs: dict[str, str]  # program name -> its build (the node agent's images use them)
     started: float
-    llmisvc: str = ""  # KServe's llmisvc controller built (vX.Y.Z), installed only on demand
+    # KServe's llmisvc controller at the manager's release (vX.Y.Z) where one is built there
+    # (local/go/llmisvc-vX.Y.Z), else empty; installed only on demand
+    llmisvc: str = ""
 
     @classmethod
     def load(cls, path: Path) -> ClusterInfo:
@@ -145,7 +147,7 @@ def up(options: UpOptions, progress: Progress = print) -> ClusterInfo:
         )
     release = kserve.resolve(options.kserve_version)
     started = time.monotonic()
-    programs = _build_programs(release.module, progress)
+    programs = _build_programs(release.module, llmisvc.module(release.version), progress)
     down(options.prefix)
     network = ClusterNetwork(prefix=options.prefix)
     try:
@@ -195,7 +197,7 @@ def _start(
         images=dict(options.images),
         programs={name: str(path) for name, path in programs.items()},
         started=time.time(),
-        llmisvc=llmisvc.version(),
+        llmisvc=f"v{release.version}" if "llmisvc" in programs else "",
     )
     state.info_file.write_text(json.dumps(asdict(info), indent=1))
     progress(f"starting etcd and kube-apiserver {info.kubernetes} on {server}")
@@ -277,8 +279,8 @@ def llm_inference_service(prefix: str = DEFAULT_PREFIX, remove: bool = False) ->
     kubectl = Kubectl(state.kubeconfig)
     helm = find_helm(find_chart())
     if remove:
-        llmisvc.uninstall(kubectl, helm)
-        return f"KServe's llmisvc controller {llmisvc.version()} removed"
+        llmisvc.uninstall(kubectl, info.kserve, helm)
+        return f"KServe's llmisvc controller v{info.kserve} removed"
     # Checked first: the controller looks for the kind once, when it starts (llmisvc.py).
     if not kubectl.run("get", "crd", "--ignore-not-found", "-o", "name", lws.CRDS[0]).strip():
         raise UserError(
@@ -287,7 +289,7 @@ def llm_inference_service(prefix: str = DEFAULT_PREFIX, remove: bool = False) ->
             "starts; run `multinode-llm-local cluster lws` first"
         )
     llmisvc.install(kubectl, info.kserve, Pki(state.directory / "pki"), helm)
-    return f"KServe's llmisvc controller {llmisvc.version()} serves (module {llmisvc.SOURCE})"
+    return f"KServe's llmisvc controller v{info.kserve} serves (module {llmisvc.SOURCE})"
 
 
 def argo_cd(prefix: str = DEFAULT_PREFIX) -> str:
@@ -411,7 +413,11 @@ class Kubectl:
         )
 
 
-def _build_programs(kserve_module: build.Module, progress: Progress) -> dict[str, Path]:
+def _build_programs(
+    kserve_module: build.Module, llmisvc_module: build.Module | None, progress: Progress
+) -> dict[str, Path]:
+    """Every program the cluster may run, built (or found built): the manager's release decides
+    KServe's, and its llmisvc controller's where that release has one."""
     modules = build.modules()
     folders = {name: build.build(modules[name], progress) for name in PROGRAM_MODULES}
     folders["kserve"] = build.build(kserve_module, progress)
@@ -421,8 +427,9 @@ def _build_programs(kserve_module: build.Module, progress: Progress) -> dict[str
         "kube-rbac-proxy": folders["kube-rbac-proxy"] / "kube-rbac-proxy",
         "manager": folders["kserve"] / "manager",
         "lws": folders["lws"] / "cmd",  # sigs.k8s.io/lws/cmd, installed on demand (lws.py)
-        "llmisvc": folders["llmisvc"] / "llmisvc",  # installed on demand (llmisvc.py)
     }
+    if llmisvc_module is not None:  # installed on demand (llmisvc.py)
+        programs["llmisvc"] = build.build(llmisvc_module, progress) / "llmisvc"
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"):
         programs[name] = folders["kubernetes"] / name
     return programs

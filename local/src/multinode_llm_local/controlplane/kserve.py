@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from multinode_llm_local.controlplane.cluster import Kubectl
 
 Obj = dict[str, Any]
+FAMILY = "kserve"  # its manager's modules: local/go/kserve-vX.Y.Z
 NAMESPACE = "kserve"
 READY_S = 300.0
 
@@ -54,7 +55,7 @@ class Release:
 
 def built_versions() -> list[str]:
     """The releases of kserve-releases.yaml whose manager is built here, oldest first."""
-    return [v for v in releases.versions() if build.kserve_module(v) is not None]
+    return [v for v in releases.versions() if build.release_module(FAMILY, v) is not None]
 
 
 def unserved() -> dict[str, str]:
@@ -67,7 +68,7 @@ def unserved() -> dict[str, str]:
 def resolve(asked: str) -> Release:
     """The release ``asked`` names (as ``kserve.version`` does; empty: the chart's default)."""
     release = releases.resolve(asked) if asked else releases.default()
-    module = build.kserve_module(release.version)
+    module = build.release_module(FAMILY, release.version)
     if module is None:
         refused = unserved().get(release.version, "no module folder in local/go")
         raise UserError(
@@ -125,7 +126,7 @@ def install(
     # helm install puts those into the release's namespace, and so does this.
     kubectl.apply(stream(objects), namespace=NAMESPACE)
     kubectl.rollout(NAMESPACE, "deployment/kserve-controller-manager", READY_S)
-    _wait_webhooks(kubectl, READY_S)
+    wait_webhooks(kubectl, PROBE, "KServe's webhooks", READY_S)
     if runtimes:
         progress(f"KServe's manager serves; adding its {len(runtimes)} built-in runtimes")
         kubectl.apply(stream(runtimes))
@@ -143,18 +144,21 @@ def template(helm: Path, chart: Path, args: list[str]) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def _wait_webhooks(kubectl: Kubectl, timeout: float) -> None:
-    """Until KServe's InferenceService webhooks answer: a server-side dry run goes through them."""
-    probe = {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": {"name": "webhook-probe", "namespace": "default"},
-        "spec": {
-            "predictor": {
-                "model": {"modelFormat": {"name": "sklearn"}, "storageUri": "pvc://probe/model"}
-            }
-        },
-    }
+# A sample InferenceService for the webhooks to judge: admitted or refused, they answered.
+PROBE: Obj = {
+    "apiVersion": "serving.kserve.io/v1beta1",
+    "kind": "InferenceService",
+    "metadata": {"name": "webhook-probe", "namespace": "default"},
+    "spec": {
+        "predictor": {
+            "model": {"modelFormat": {"name": "sklearn"}, "storageUri": "pvc://probe/model"}
+        }
+    },
+}
+
+
+def wait_webhooks(kubectl: Kubectl, probe: Obj, what: str, timeout: float) -> None:
+    """Until the webhooks for ``probe``'s kind answer: a server-side dry run goes through them."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
@@ -166,7 +170,7 @@ def _wait_webhooks(kubectl: Kubectl, timeout: float) -> None:
             if "webhook" not in last and "connection refused" not in last:
                 return  # the webhooks answered, and refused the probe: they serve
         time.sleep(1)
-    raise UserError(f"KServe's webhooks did not answer within {timeout:.0f} s: {last}")
+    raise UserError(f"{what} did not answer within {timeout:.0f} s: {last}")
 
 
 def stream(objects: list[Obj]) -> str:

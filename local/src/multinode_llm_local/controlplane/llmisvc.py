@@ -1,7 +1,8 @@
 """KServe's llmisvc controller on the real cluster: built from
-``github.com/kserve/kserve/cmd/llmisvc`` at the release ``local/go/llmisvc`` pins, installed from
-that module's own Helm charts (``charts/kserve-llmisvc-crd`` and
-``charts/kserve-llmisvc-resources``), as KServe's install docs do.
+``github.com/kserve/kserve/cmd/llmisvc`` at the release of the manager beside it (one module per
+release, ``local/go/llmisvc-vX.Y.Z``), installed from that module's own Helm charts
+(``charts/kserve-llmisvc-crd`` and ``charts/kserve-llmisvc-resources``), as KServe's install docs
+do.
 
 It joins a cluster whose KServe manager runs the same release: the resources chart is rendered
 with ``kserve.createSharedResources=false``, so the manager's ``inferenceservice-config``
@@ -23,7 +24,7 @@ from multinode_llm.errors import UserError
 
 from multinode_llm_local.controlplane import build, certmanager, kserve
 from multinode_llm_local.controlplane.pki import Pki
-from multinode_llm_local.kserve import llmisvc
+from multinode_llm_local.kserve import releases
 
 if TYPE_CHECKING:
     from multinode_llm_local.controlplane.cluster import Kubectl
@@ -35,49 +36,74 @@ READY_S = 300.0
 
 
 SOURCE = "github.com/kserve/kserve"
+FAMILY = "llmisvc"  # local/go/llmisvc-vX.Y.Z
+# The service webhook's view of a sample: admitted or refused, it answered.
+PROBE: Obj = {
+    "apiVersion": "serving.kserve.io/v1alpha2",
+    "kind": "LLMInferenceService",
+    "metadata": {"name": "webhook-probe", "namespace": "default"},
+    "spec": {"model": {"uri": "hf://probe/probe"}},
+}
 
 
-def version() -> str:
-    """The KServe release of the controller (``v0.19.0``)."""
-    return f"v{llmisvc.release()}"
+def module(kserve_version: str) -> build.Module | None:
+    """The module that builds the controller at KServe ``kserve_version``, if one does."""
+    return build.release_module(FAMILY, kserve_version)
 
 
-def render(helm: Path) -> tuple[list[Obj], list[Obj]]:
+def built_versions() -> list[str]:
+    """The releases of kserve-releases.yaml whose llmisvc controller is built here, oldest first."""
+    return [v for v in releases.versions() if module(v) is not None]
+
+
+def version(built: build.Module) -> str:
+    """The KServe release a module builds (``v0.19.0``)."""
+    return built.required(SOURCE)
+
+
+def render(helm: Path, built: build.Module) -> tuple[list[Obj], list[Obj]]:
     """The CRDs the controller adds to the manager's (its own, and the Inference Extension's,
     which its resources chart holds) and the rest of its charts, as helm renders them."""
-    charts = build.module_files(llmisvc.module(), SOURCE, version()) / "charts"
+    charts = build.module_files(built, SOURCE, version(built)) / "charts"
     managers = {crd["metadata"]["name"] for crd in kserve.template(helm, charts / "kserve-crd", [])}
     objects = kserve.template(helm, charts / "kserve-llmisvc-crd", [])
-    objects += kserve.template(
-        helm,
-        charts / "kserve-llmisvc-resources",
-        ["--set", f"kserve.version={version()}", "--set", "kserve.createSharedResources=false"],
-    )
+    values = [f"kserve.version={version(built)}", "kserve.createSharedResources=false"]
+    flags = [flag for value in values for flag in ("--set", value)]
+    objects += kserve.template(helm, charts / "kserve-llmisvc-resources", flags)
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     added = [crd for crd in crds if crd["metadata"]["name"] not in managers]
     return added, [o for o in objects if o["kind"] != "CustomResourceDefinition"]
 
 
 def install(kubectl: Kubectl, kserve_version: str, pki: Pki, helm: Path) -> None:
-    """Install the controller and wait until it serves its webhooks."""
-    if f"v{kserve_version}" != version():
-        raise UserError(
-            f"KServe's llmisvc controller is built here at {version()} only (local/go/llmisvc), "
-            f"and reads the configuration of the manager beside it, which runs {kserve_version}: "
-            f"start the cluster with --kserve-version {version().lstrip('v')}"
-        )
-    crds, objects = render(helm)
+    """Install the controller at the manager's release; wait until it serves its webhooks."""
+    built = _module_or_refuse(kserve_version)
+    crds, objects = render(helm, built)
     kubectl.apply(kserve.stream(certmanager.stand_in(crds, pki, NAMESPACE)))
     for crd in crds:
         kubectl.wait_established(crd["metadata"]["name"])
     kubectl.apply(kserve.stream(certmanager.stand_in(objects, pki, NAMESPACE)), namespace=NAMESPACE)
     kubectl.rollout(NAMESPACE, f"deployment/{DEPLOYMENT}", READY_S)
+    # Rolled out is not yet serving: a service applied now would meet a refused connection.
+    kserve.wait_webhooks(kubectl, PROBE, "KServe's llmisvc webhooks", READY_S)
 
 
-def uninstall(kubectl: Kubectl, helm: Path) -> None:
+def _module_or_refuse(kserve_version: str) -> build.Module:
+    built = module(kserve_version)
+    if built is None:
+        raise UserError(
+            f"KServe's llmisvc controller is not built here at {kserve_version} (no "
+            f"local/go/{FAMILY}-v{kserve_version}; LLMInferenceService v1alpha2 came with 0.17.0 "
+            f"and the Go module proxy serves only some tags): start the cluster with "
+            f"--kserve-version one of {', '.join(built_versions()) or 'none'}"
+        )
+    return built
+
+
+def uninstall(kubectl: Kubectl, kserve_version: str, helm: Path) -> None:
     """Remove the controller's own objects; its CRDs go without waiting (their finalizer runs
     behind), the manager's namespace stays."""
-    crds, objects = render(helm)
+    crds, objects = render(helm, _module_or_refuse(kserve_version))
     ours = [o for o in objects if o["kind"] not in certmanager.KINDS]  # no such kinds here
     kubectl.run("delete", "--namespace", NAMESPACE, "--ignore-not-found", "-f", "-",
                 stdin=kserve.stream(ours))  # fmt: skip

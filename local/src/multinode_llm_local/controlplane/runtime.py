@@ -8,8 +8,8 @@ is no container engine). Each image a pod may name is instead one of:
   is the runtime the image would hold;
 - a program built here from its Go module (``build.py``), laid out in a root filesystem of its own
   at the path its real image has it, with the image's entrypoint and user: KServe's manager (for
-  the one release the cluster runs), KServe's llmisvc controller (for the one release
-  ``local/go/llmisvc`` pins), LeaderWorkerSet's manager, kube-rbac-proxy and CoreDNS.
+  the one release the cluster runs), KServe's llmisvc controller (at the same release, where
+  ``local/go`` builds one), LeaderWorkerSet's manager, kube-rbac-proxy and CoreDNS.
 
 - an image a test provides for this cluster (``provide``): a command of this machine, with the
   image's environment and the folders it runs from. The tests provide KServe's storage initializer
@@ -70,7 +70,7 @@ def go_images(
     return {
         "kserve/kserve-controller": GoImage("manager", "/manager", 65532, f"v{kserve_version}"),
         "registry.k8s.io/lws/lws": GoImage("lws", "/manager", 65532, lws_version or "none"),
-        # KServe's llmisvc controller: one release only (local/go/llmisvc), whatever the manager's
+        # KServe's llmisvc controller: the manager's release, where local/go/llmisvc-v* builds it
         "kserve/llmisvc-controller": GoImage(
             "llmisvc", "/manager", 65532, llmisvc_version or "none"
         ),

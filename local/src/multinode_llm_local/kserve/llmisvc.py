@@ -1,10 +1,10 @@
 """KServe's own merge of an LLMInferenceService with its presets, run by KServe's code.
 
-``local/go/llmisvc`` builds a small program over ``MergeSpecs`` and ``ReplaceVariables``
-(``pkg/controller/v1alpha2/llmisvc/config_merge.go`` at the KServe release its ``go.mod`` pins):
-what the llmisvc controller does before it builds a service's LeaderWorkerSet, without the
-controller, its webhooks and its gateway stack around it. The same module builds the controller
-itself, which ``controlplane/llmisvc.py`` installs on a real cluster.
+``local/go/llmisvc-v0.19.0/llmisvc-presets`` is a small program over ``MergeSpecs`` and
+``ReplaceVariables`` (``pkg/controller/v1alpha2/llmisvc/config_merge.go`` at the KServe release its
+module pins): what the llmisvc controller does before it builds a service's LeaderWorkerSet,
+without the controller, its webhooks and its gateway stack around it. The same module builds that
+release's controller, which ``controlplane/llmisvc.py`` installs on a real cluster.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from multinode_llm.errors import UserError
 from multinode_llm_local.controlplane import build
 
 Obj = dict[str, Any]
-MODULE = "llmisvc"  # local/go/llmisvc
-MERGE = "llmisvc-presets"  # its merge program (main.go)
+# The chart's default release: the merge's Go API (ReplaceVariables' arguments) differs between
+# releases, so one is built; the controller itself runs at every release (test_llmisvc.py).
+MODULE = "llmisvc-v0.19.0"
+MERGE = "llmisvc-presets"  # its merge program (llmisvc-presets/main.go)
 
 
 def module() -> build.Module:
