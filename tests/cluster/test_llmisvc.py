@@ -1,12 +1,13 @@
 """KServe's own llmisvc controller on the real control plane: an LLMInferenceService of tensor x
 pipeline parallelism with a ``worker``, over the chart's preset, serves as a group of this runtime.
 
-The controller is KServe's ``cmd/llmisvc`` at the release ``local/go/llmisvc`` pins, installed from
-KServe's own charts with its webhooks (``multinode-llm-local cluster llmisvc``), beside the KServe
-manager of the same release and the real LeaderWorkerSet controller. No Gateway API runs: the
-service has no ``spec.router`` and is reached through KServe's workload Service. Without the
-chart's preset KServe stops such a service at ``ConfigNotFound`` (docs/llmisvc.md); with it, its
-controller makes a LeaderWorkerSet of the runtime's head and worker, and the group answers.
+The controller is KServe's ``cmd/llmisvc`` at each release built here (``local/go/llmisvc-vX.Y.Z``;
+every test runs once per release), installed from KServe's own charts with its webhooks
+(``multinode-llm-local cluster llmisvc``), beside the KServe manager of the same release and the
+real LeaderWorkerSet controller. No Gateway API runs: the service has no ``spec.router`` and is
+reached through KServe's workload Service. Without the chart's preset KServe stops such a service
+(``ConfigNotFound``; ``CombineBaseError`` at 0.17.0; docs/llmisvc.md); with it, its controller
+makes a LeaderWorkerSet of the runtime's head and worker, and the group answers.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from multinode_llm_local.controlplane import cluster as real
-from multinode_llm_local.kserve import llmisvc, releases
+from multinode_llm_local.controlplane import llmisvc as controller
 from multinode_llm_testing import serving_checks as checks
 from realcluster import (
     HEAL_S,
@@ -36,7 +37,7 @@ from realcluster import (
 
 NAMESPACE = "llmisvc"
 SERVICE = "tiny"
-# the name KServe looks up (pkg/controller/v1alpha2/llmisvc/config_merge.go at v0.19.0)
+# the name KServe looks up (pkg/controller/v1alpha2/llmisvc/config_merge.go, v0.17.0 to v0.20.0)
 PRESET = "kserve-config-llm-worker-pipeline-parallel"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 GPU = {"nvidia.com/gpu": "1"}
@@ -57,15 +58,28 @@ def service(namespace: str = NAMESPACE) -> Obj:
     }
 
 
+def missing_preset_reason(version: str) -> str:
+    """KServe's reason for a service whose preset is missing: 0.17.0 marks any failure to combine
+    ``CombineBaseError`` (``reconcile`` in controller.go at v0.17.0); later releases tell a missing
+    config apart (``combineBaseRefsConfig``, config_merge.go at v0.19.0 and v0.20.0)."""
+    return "CombineBaseError" if version == "0.17.0" else "ConfigNotFound"
+
+
+def reports_applied_configs(version: str) -> bool:
+    """``status.appliedConfigs`` came with 0.19.0 (pkg/apis/serving/v1alpha2 at v0.17.0 has none;
+    llm_inference_service_types.go at v0.19.0 and v0.20.0 has it)."""
+    return version != "0.17.0"
+
+
+@pytest.fixture(scope="module", params=controller.built_versions())
+def release(request: pytest.FixtureRequest) -> str:
+    """Each KServe release whose llmisvc controller is built here (local/go/llmisvc-v*)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def cluster(clusters: Clusters, tiny_model: Path) -> Iterator[RealCluster]:
-    version = llmisvc.release()
-    if releases.default().version != version:
-        pytest.skip(
-            f"KServe's llmisvc controller is built at {version} only, and the chart's default "
-            f"release is {releases.default().version}"
-        )
-    running = clusters.get(version)
+def cluster(clusters: Clusters, tiny_model: Path, release: str) -> Iterator[RealCluster]:
+    running = clusters.get(release)
     ours = not running.has_crd(LWS_CRD)
     if ours:
         real.leader_worker_set(PREFIX)
@@ -88,8 +102,8 @@ def cluster(clusters: Clusters, tiny_model: Path) -> Iterator[RealCluster]:
 
 def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(cluster: RealCluster) -> None:
     """KServe validates a preset by executing its template on a sample service (the controller's
-    validating webhook, ``validateLLMISVCConfig`` in ``cmd/llmisvc/main.go`` at v0.19.0): the
-    chart's went through it; one naming a field KServe lacks does not."""
+    validating webhook, ``validateLLMISVCConfig`` in ``cmd/llmisvc/main.go``, v0.17.0 to v0.20.0):
+    the chart's went through it; one naming a field KServe lacks does not."""
     preset = cluster.get("-n", NAMESPACE, f"llminferenceserviceconfig/{PRESET}")
     assert preset["apiVersion"] == "serving.kserve.io/v1alpha2"
     broken = {
@@ -104,9 +118,7 @@ def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(cluster: Rea
         cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(broken))
 
 
-def test_without_the_preset_kserve_stops_the_service_at_config_not_found(
-    cluster: RealCluster,
-) -> None:
+def test_without_the_preset_kserve_stops_the_service(cluster: RealCluster, release: str) -> None:
     """KServe looks for the preset in the service's namespace, then in its own: in a namespace
     without the chart's, the same service gets no group (docs/llmisvc.md)."""
     bare = f"{NAMESPACE}-bare"
@@ -125,7 +137,7 @@ def test_without_the_preset_kserve_stops_the_service_at_config_not_found(
         wait_for(lambda: presets("False"), 60, "KServe's verdict on the service's presets")
         verdict = presets("False")
         assert verdict is not None
-        assert verdict["reason"] == "ConfigNotFound", verdict
+        assert verdict["reason"] == missing_preset_reason(release), verdict
         assert PRESET in verdict["message"], verdict
         assert not cluster.items("leaderworkersets", "-n", bare)
     finally:
@@ -135,12 +147,12 @@ def test_without_the_preset_kserve_stops_the_service_at_config_not_found(
 
 
 @pytest.fixture(scope="module")
-def served(cluster: RealCluster) -> Iterator[Endpoint]:
+def served(cluster: RealCluster, release: str) -> Iterator[Endpoint]:
     """The service applied, once it answers a completion through KServe's workload Service."""
     with serving_lock():
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service()))
         took = wait_for(lambda: _answers(cluster), HEAL_S, "the LLMInferenceService serving")
-        record("KServe llmisvc", "LLMInferenceService applied -> serves (PP=2)", took)
+        record(f"KServe {release} llmisvc", "LLMInferenceService applied -> serves (PP=2)", took)
         yield _workload(cluster)
 
 
@@ -155,21 +167,24 @@ def _answers(cluster: RealCluster) -> bool:
 
 def _workload(cluster: RealCluster) -> Endpoint:
     """KServe's workload Service over the groups' leaders, on port 8000
-    (``pkg/controller/v1alpha2/llmisvc/workload.go`` at v0.19.0)."""
+    (``pkg/controller/v1alpha2/llmisvc/workload.go``, v0.17.0 to v0.20.0)."""
     ip = cluster.cluster_ip(NAMESPACE, f"{SERVICE}-kserve-workload-svc")
     return Endpoint(f"http://{ip}:8000")
 
 
 def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
-    cluster: RealCluster, served: Endpoint
+    cluster: RealCluster, served: Endpoint, release: str
 ) -> None:
     status = cluster.get("-n", NAMESPACE, f"llminferenceservice/{SERVICE}")["status"]
-    # what KServe merged, in its own words: the chart's preset, found in the service's namespace
-    assert status["appliedConfigs"] == [
-        {"name": PRESET, "namespace": NAMESPACE, "source": "Preset"}
-    ], status
+    if reports_applied_configs(release):
+        # what KServe merged, in its own words: the chart's preset, found in the service's namespace
+        assert status["appliedConfigs"] == [
+            {"name": PRESET, "namespace": NAMESPACE, "source": "Preset"}
+        ], status
+    else:
+        assert "appliedConfigs" not in status, status
     assert condition({"status": status}, "PresetsCombined")
-    # the group's name (mainLWSName, pkg/controller/v1alpha2/llmisvc/workload_multi_node.go v0.19.0)
+    # the group's name (pkg/controller/v1alpha2/llmisvc/workload_multi_node.go, v0.17.0 to v0.20.0)
     group = cluster.get("-n", NAMESPACE, f"leaderworkerset/{SERVICE}-kserve-mn")
     template = group["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2  # parallelism.pipeline
@@ -184,10 +199,10 @@ def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
     checks.check_models(served)
 
 
-def test_the_service_becomes_ready(cluster: RealCluster, served: Endpoint) -> None:
+def test_the_service_becomes_ready(cluster: RealCluster, served: Endpoint, release: str) -> None:
     took = wait_for(
         lambda: condition(cluster.get("-n", NAMESPACE, f"llminferenceservice/{SERVICE}"), "Ready"),
         120,
         "the LLMInferenceService Ready",
     )
-    record("KServe llmisvc", "serves -> LLMInferenceService Ready", took)
+    record(f"KServe {release} llmisvc", "serves -> LLMInferenceService Ready", took)

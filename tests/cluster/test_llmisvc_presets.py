@@ -1,4 +1,4 @@
-"""The chart's LLMInferenceService preset through KServe's own merge (``local/go/llmisvc``:
+"""The chart's LLMInferenceService preset through KServe's own merge (``local/go/llmisvc-v0.19.0``:
 ``MergeSpecs`` and ``ReplaceVariables`` of ``pkg/controller/v1alpha2/llmisvc/config_merge.go``
 at the KServe release it pins): an LLMInferenceService with ``parallelism`` and a ``worker``
 comes out as the head and workers of this runtime, sized by the service, with its resources, and
