@@ -319,3 +319,8 @@ def test_each_llmisvc_controller_is_built_at_a_release_whose_manager_is() -> Non
         assert module is not None
         assert llmisvc.version(module) == f"v{version}"
         assert "github.com/kserve/kserve/cmd/llmisvc" in module.tools()
+
+
+def test_a_release_without_an_llmisvc_controller_is_refused_naming_those_built() -> None:
+    with pytest.raises(UserError, match=r"not built here at 0\.16\.0.*--kserve-version one of"):
+        llmisvc.required_module("0.16.0")

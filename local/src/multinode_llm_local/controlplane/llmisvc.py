@@ -77,7 +77,7 @@ def render(helm: Path, built: build.Module) -> tuple[list[Obj], list[Obj]]:
 
 def install(kubectl: Kubectl, kserve_version: str, pki: Pki, helm: Path) -> None:
     """Install the controller at the manager's release; wait until it serves its webhooks."""
-    built = _module_or_refuse(kserve_version)
+    built = required_module(kserve_version)
     crds, objects = render(helm, built)
     kubectl.apply(kserve.stream(certmanager.stand_in(crds, pki, NAMESPACE)))
     for crd in crds:
@@ -88,7 +88,8 @@ def install(kubectl: Kubectl, kserve_version: str, pki: Pki, helm: Path) -> None
     kserve.wait_webhooks(kubectl, PROBE, "KServe's llmisvc webhooks", READY_S)
 
 
-def _module_or_refuse(kserve_version: str) -> build.Module:
+def required_module(kserve_version: str) -> build.Module:
+    """The controller's module at ``kserve_version``, or UserError naming the releases built."""
     built = module(kserve_version)
     if built is None:
         raise UserError(
@@ -103,7 +104,7 @@ def _module_or_refuse(kserve_version: str) -> build.Module:
 def uninstall(kubectl: Kubectl, kserve_version: str, helm: Path) -> None:
     """Remove the controller's own objects; its CRDs go without waiting (their finalizer runs
     behind), the manager's namespace stays."""
-    crds, objects = render(helm, _module_or_refuse(kserve_version))
+    crds, objects = render(helm, required_module(kserve_version))
     ours = [o for o in objects if o["kind"] not in certmanager.KINDS]  # no such kinds here
     kubectl.run("delete", "--namespace", NAMESPACE, "--ignore-not-found", "-f", "-",
                 stdin=kserve.stream(ours))  # fmt: skip
