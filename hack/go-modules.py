@@ -33,9 +33,10 @@ GO = ROOT / "local" / "go"
 RELEASES = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"
 UNSERVED = GO / "unserved.yaml"
 GO_LINE = "1.26.0"
-# LLMInferenceService v1alpha2 and its controller's package (pkg/controller/v1alpha2/llmisvc) from
-# this release on; 0.16.0 has only v1alpha1, whose presets the chart does not ship.
-LLMISVC_FROM = (0, 17, 0)
+# The LLMInferenceService API whose controller (cmd/llmisvc over pkg/controller/v1alpha2/llmisvc)
+# an llmisvc-vX.Y.Z module builds: a release gets one where the table's llmInferenceService names
+# it (0.16.0 has only v1alpha1, checked by name and CRD alone).
+LLMISVC_API = "serving.kserve.io/v1alpha2"
 LLMISVC_MERGE = "llmisvc-presets"  # a module's folder holding KServe's merge over the presets
 
 KUBERNETES = "v1.37.2"
@@ -225,7 +226,7 @@ def kserve_modules() -> None:
         tools = ["github.com/kserve/kserve/cmd/manager"]
         replaces = upstream_replaces(text)
         write_module(f"kserve-{version}", "github.com/kserve/kserve", version, tools, replaces)
-        if tuple(int(part) for part in release.split(".")) >= LLMISVC_FROM:
+        if (releases[release].get("llmInferenceService") or {}).get("apiVersion") == LLMISVC_API:
             llmisvc_module(version, replaces)
     header = (
         "# Written by hack/go-modules.py: the KServe releases of kserve-releases.yaml whose Go\n"
