@@ -71,12 +71,17 @@ def support(table: dict[str, Any]) -> str:
 
 
 def preset(release: dict[str, Any]) -> str:
-    """What the chart's LLMInferenceService preset is written as for the release."""
+    """What the chart's LLMInferenceService preset is written as for the release, and how the
+    release's controller reports it (merged, or missing)."""
     found = release.get("llmInferenceService")
     if not found:
         return "none (no LLMInferenceService)"
     tls = "TLS when KServe's is on" if found["tlsSwitch"] else "plain HTTP"
-    return f"`{found['apiVersion'].rsplit('/', 1)[1]}`, {tls}"
+    applied = ", names it in `appliedConfigs`" if found["appliedConfigs"] else ""
+    return (
+        f"`{found['apiVersion'].rsplit('/', 1)[1]}`, {tls}{applied}; "
+        f"without it `{found['missingConfig']}`"
+    )
 
 
 def render(table: dict[str, Any]) -> str:

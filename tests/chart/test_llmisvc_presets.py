@@ -78,6 +78,24 @@ def test_the_preset_is_valid_under_kserves_own_crd_strictly(version: str) -> Non
     assert schema_errors(schema, preset) == []
 
 
+@pytest.mark.parametrize("version", CHECKED)
+def test_the_tables_merge_facts_are_kserves_source(version: str) -> None:
+    """missingConfig and appliedConfigs, which tests/cluster/test_llmisvc.py expects of KServe's
+    controller, as the release's source has them."""
+    facts = releases.get(version).llm_inference_service
+    assert facts is not None
+    folder = source(version)
+    api = facts.api_version.rsplit("/", 1)[1]
+    controller = "\n".join(
+        p.read_text() for p in (folder / "pkg/controller" / api / "llmisvc").glob("*.go")
+    )
+    tells_missing_apart = 'MarkPresetsCombinedNotReady("ConfigNotFound"' in controller
+    assert facts.missing_config == ("ConfigNotFound" if tells_missing_apart else "CombineBaseError")
+    schemas = crd_schemas(folder / "config/crd/full/llmisvc")
+    status = schemas[(facts.api_version, "LLMInferenceService")]["properties"]["status"]
+    assert facts.applied_configs == ("appliedConfigs" in status["properties"])
+
+
 def test_kserves_tls_reaches_vllm_only_on_releases_whose_templates_have_it() -> None:
     """0.17's templates have no .GlobalConfig.EnableTLS: naming it would fail every merge."""
     for version, switched in (("0.17.0", False), ("0.18.0", True), ("0.19.0", True)):

@@ -6,8 +6,9 @@ every test runs once per release), installed from KServe's own charts with its w
 (``multinode-llm-local cluster llmisvc``), beside the KServe manager of the same release and the
 real LeaderWorkerSet controller. No Gateway API runs: the service has no ``spec.router`` and is
 reached through KServe's workload Service. Without the chart's preset KServe stops such a service
-(``ConfigNotFound``; ``CombineBaseError`` at 0.17.0; docs/llmisvc.md); with it, its controller
-makes a LeaderWorkerSet of the runtime's head and worker, and the group answers.
+(``ConfigNotFound``, or ``CombineBaseError`` before 0.19.0: kserve-releases.yaml's
+``missingConfig``; docs/llmisvc.md); with it, its controller makes a LeaderWorkerSet of the
+runtime's head and worker, and the group answers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from multinode_llm_local.controlplane import cluster as real
 from multinode_llm_local.controlplane import llmisvc as controller
+from multinode_llm_local.kserve import releases
 from multinode_llm_testing import serving_checks as checks
 from realcluster import (
     HEAL_S,
@@ -58,17 +60,12 @@ def service(namespace: str = NAMESPACE) -> Obj:
     }
 
 
-def missing_preset_reason(version: str) -> str:
-    """KServe's reason for a service whose preset is missing: 0.17.0 marks any failure to combine
-    ``CombineBaseError`` (``reconcile`` in controller.go at v0.17.0); later releases tell a missing
-    config apart (``combineBaseRefsConfig``, config_merge.go at v0.19.0 and v0.20.0)."""
-    return "CombineBaseError" if version == "0.17.0" else "ConfigNotFound"
-
-
-def reports_applied_configs(version: str) -> bool:
-    """``status.appliedConfigs`` came with 0.19.0 (pkg/apis/serving/v1alpha2 at v0.17.0 has none;
-    llm_inference_service_types.go at v0.19.0 and v0.20.0 has it)."""
-    return version != "0.17.0"
+def facts(version: str) -> releases.LlmInferenceService:
+    """What kserve-releases.yaml says this release's controller does: the reason it stops a
+    service without the preset, and whether it reports ``status.appliedConfigs``."""
+    found = releases.get(version).llm_inference_service
+    assert found is not None, f"KServe {version} has no LLMInferenceService in the table"
+    return found
 
 
 @pytest.fixture(scope="module", params=controller.built_versions())
@@ -137,7 +134,7 @@ def test_without_the_preset_kserve_stops_the_service(cluster: RealCluster, relea
         wait_for(lambda: presets("False"), 60, "KServe's verdict on the service's presets")
         verdict = presets("False")
         assert verdict is not None
-        assert verdict["reason"] == missing_preset_reason(release), verdict
+        assert verdict["reason"] == facts(release).missing_config, verdict
         assert PRESET in verdict["message"], verdict
         assert not cluster.items("leaderworkersets", "-n", bare)
     finally:
@@ -176,7 +173,7 @@ def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
     cluster: RealCluster, served: Endpoint, release: str
 ) -> None:
     status = cluster.get("-n", NAMESPACE, f"llminferenceservice/{SERVICE}")["status"]
-    if reports_applied_configs(release):
+    if facts(release).applied_configs:
         # what KServe merged, in its own words: the chart's preset, found in the service's namespace
         assert status["appliedConfigs"] == [
             {"name": PRESET, "namespace": NAMESPACE, "source": "Preset"}

@@ -62,6 +62,17 @@ class StorageInitializer:
 
 
 @dataclass(frozen=True)
+class LlmInferenceService:
+    """What the release's llmisvc controller does with the chart's tensor x pipeline preset."""
+
+    api_version: str  # of LLMInferenceServiceConfig
+    prefix_env: bool
+    tls_switch: bool
+    missing_config: str  # CombineBaseError | ConfigNotFound: the reason without the preset
+    applied_configs: bool  # status.appliedConfigs names the configs merged
+
+
+@dataclass(frozen=True)
 class Release:
     """One KServe release: what its webhooks and controller do to a multi-node InferenceService."""
 
@@ -76,6 +87,7 @@ class Release:
     requires_parallel_sizes: bool  # the runtime webhook of 0.15.0
     controller: Controller
     storage_initializer: StorageInitializer
+    llm_inference_service: LlmInferenceService | None  # None: the release has none
     defects: tuple[Obj, ...]
 
     @property
@@ -193,7 +205,20 @@ def _release(version: str) -> Release:
             hf_xet=storage.get("hfXet", ""),
             makes_parents=bool(storage["makesParents"]),
         ),
+        llm_inference_service=_llm_inference_service(entry.get("llmInferenceService")),
         defects=tuple(entry.get("defects") or ()),
+    )
+
+
+def _llm_inference_service(entry: Obj | None) -> LlmInferenceService | None:
+    if entry is None:
+        return None
+    return LlmInferenceService(
+        api_version=entry["apiVersion"],
+        prefix_env=bool(entry["prefixEnv"]),
+        tls_switch=bool(entry["tlsSwitch"]),
+        missing_config=entry["missingConfig"],
+        applied_configs=bool(entry["appliedConfigs"]),
     )
 
 
