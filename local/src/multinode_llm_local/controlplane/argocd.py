@@ -25,15 +25,13 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.controlplane import build
-
-if TYPE_CHECKING:
-    from multinode_llm_local.controlplane.cluster import Kubectl
+from multinode_llm_local.controlplane.kubectl import Kubectl
 
 Obj = dict[str, Any]
 Spawn = Callable[[str, list[str], dict[str, str]], int]

@@ -22,17 +22,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.controlplane import build, certmanager
+from multinode_llm_local.controlplane.kubectl import Kubectl
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.kserve import releases
-
-if TYPE_CHECKING:
-    from multinode_llm_local.controlplane.cluster import Kubectl
 
 Obj = dict[str, Any]
 FAMILY = "kserve"  # its manager's modules: local/go/kserve-vX.Y.Z

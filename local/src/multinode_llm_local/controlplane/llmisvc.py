@@ -18,16 +18,14 @@ runs: a service without ``spec.router`` needs neither.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.controlplane import build, certmanager, kserve
+from multinode_llm_local.controlplane.kubectl import Kubectl
 from multinode_llm_local.controlplane.pki import Pki
 from multinode_llm_local.kserve import releases
-
-if TYPE_CHECKING:
-    from multinode_llm_local.controlplane.cluster import Kubectl
 
 Obj = dict[str, Any]
 NAMESPACE = kserve.NAMESPACE  # the manager's: the charts' webhook Service names it

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from multinode_llm.errors import UserError
 
 from multinode_llm_local.controlplane import build, certmanager
+from multinode_llm_local.controlplane.kubectl import Kubectl
 from multinode_llm_local.controlplane.pki import Pki
-
-if TYPE_CHECKING:
-    from multinode_llm_local.controlplane.cluster import Kubectl
 
 Obj = dict[str, Any]
 MODULE = "sigs.k8s.io/lws"
