@@ -33,10 +33,8 @@ GO = ROOT / "local" / "go"
 RELEASES = ROOT / "charts" / "multinode-llm" / "kserve-releases.yaml"
 UNSERVED = GO / "unserved.yaml"
 GO_LINE = "1.26.0"
-# The LLMInferenceService API whose controller (cmd/llmisvc over pkg/controller/v1alpha2/llmisvc)
-# an llmisvc-vX.Y.Z module builds: a release gets one where the table's llmInferenceService names
-# it (0.16.0 has only v1alpha1, checked by name and CRD alone).
-LLMISVC_API = "serving.kserve.io/v1alpha2"
+# A release gets an llmisvc-vX.Y.Z module (its cmd/llmisvc) where the table has an
+# llmInferenceService: v1alpha1 at 0.16.0, v1alpha2 from 0.17.0.
 LLMISVC_MERGE = "llmisvc-presets"  # a module's folder holding KServe's merge over the presets
 
 KUBERNETES = "v1.37.2"
@@ -226,7 +224,7 @@ def kserve_modules() -> None:
         tools = ["github.com/kserve/kserve/cmd/manager"]
         replaces = upstream_replaces(text)
         write_module(f"kserve-{version}", "github.com/kserve/kserve", version, tools, replaces)
-        if (releases[release].get("llmInferenceService") or {}).get("apiVersion") == LLMISVC_API:
+        if releases[release].get("llmInferenceService"):
             llmisvc_module(version, replaces)
     header = (
         "# Written by hack/go-modules.py: the KServe releases of kserve-releases.yaml whose Go\n"

@@ -39,16 +39,17 @@ from realcluster import (
 
 NAMESPACE = "llmisvc"
 SERVICE = "tiny"
-# the name KServe looks up (pkg/controller/v1alpha2/llmisvc/config_merge.go, v0.17.0 to v0.20.0)
+# the name KServe looks up (pkg/controller/<api>/llmisvc/config_merge.go, v0.16.0 to v0.20.0)
 PRESET = "kserve-config-llm-worker-pipeline-parallel"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 GPU = {"nvidia.com/gpu": "1"}
 
 
-def service(namespace: str = NAMESPACE) -> Obj:
-    """TP 1 x PP 2 of the tiny model on the claim: a head and one worker, one mocked GPU each."""
+def service(release: str, namespace: str = NAMESPACE) -> Obj:
+    """TP 1 x PP 2 of the tiny model on the claim: a head and one worker, one mocked GPU each, in
+    the release's API (v1alpha1 at 0.16.0)."""
     return {
-        "apiVersion": "serving.kserve.io/v1alpha2",
+        "apiVersion": facts(release).api_version,
         "kind": "LLMInferenceService",
         "metadata": {"name": SERVICE, "namespace": namespace},
         "spec": {
@@ -97,14 +98,18 @@ def cluster(clusters: Clusters, tiny_model: Path, release: str) -> Iterator[Real
         wait_for(lambda: not running.has_crd(LWS_CRD), 180, "the LeaderWorkerSet CRD removed")
 
 
-def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(cluster: RealCluster) -> None:
+def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(
+    cluster: RealCluster, release: str
+) -> None:
     """KServe validates a preset by executing its template on a sample service (the controller's
-    validating webhook, ``validateLLMISVCConfig`` in ``cmd/llmisvc/main.go``, v0.17.0 to v0.20.0):
-    the chart's went through it; one naming a field KServe lacks does not."""
+    validating webhook: ``validateLLMISVCConfig`` in ``cmd/llmisvc/main.go``, v0.17.0 to v0.20.0;
+    ``pkg/controller/v1alpha1/llmisvc/validation/config_validator.go`` at v0.16.0): the chart's
+    went through it; one naming a field KServe lacks does not."""
+    api = facts(release).api_version
     preset = cluster.get("-n", NAMESPACE, f"llminferenceserviceconfig/{PRESET}")
-    assert preset["apiVersion"] == "serving.kserve.io/v1alpha2"
+    assert preset["apiVersion"] == api
     broken = {
-        "apiVersion": "serving.kserve.io/v1alpha2",
+        "apiVersion": api,
         "kind": "LLMInferenceServiceConfig",
         "metadata": {"name": "broken", "namespace": NAMESPACE},
         "spec": {"template": {"containers": [
@@ -121,7 +126,7 @@ def test_without_the_preset_kserve_stops_the_service(cluster: RealCluster, relea
     bare = f"{NAMESPACE}-bare"
     cluster.kubectl("create", "namespace", bare)
     try:
-        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service(bare)))
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service(release, bare)))
 
         def presets(status: str) -> Obj | None:
             found = cluster.get("-n", bare, f"llminferenceservice/{SERVICE}")
@@ -147,7 +152,7 @@ def test_without_the_preset_kserve_stops_the_service(cluster: RealCluster, relea
 def served(cluster: RealCluster, release: str) -> Iterator[Endpoint]:
     """The service applied, once it answers a completion through KServe's workload Service."""
     with serving_lock():
-        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service()))
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(service(release)))
         took = wait_for(lambda: _answers(cluster), HEAL_S, "the LLMInferenceService serving")
         record(f"KServe {release} llmisvc", "LLMInferenceService applied -> serves (PP=2)", took)
         yield _workload(cluster)
@@ -164,7 +169,7 @@ def _answers(cluster: RealCluster) -> bool:
 
 def _workload(cluster: RealCluster) -> Endpoint:
     """KServe's workload Service over the groups' leaders, on port 8000
-    (``pkg/controller/v1alpha2/llmisvc/workload.go``, v0.17.0 to v0.20.0)."""
+    (``pkg/controller/<api>/llmisvc/workload.go``, v0.16.0 to v0.20.0)."""
     ip = cluster.cluster_ip(NAMESPACE, f"{SERVICE}-kserve-workload-svc")
     return Endpoint(f"http://{ip}:8000")
 
@@ -181,7 +186,7 @@ def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
     else:
         assert "appliedConfigs" not in status, status
     assert condition({"status": status}, "PresetsCombined")
-    # the group's name (pkg/controller/v1alpha2/llmisvc/workload_multi_node.go, v0.17.0 to v0.20.0)
+    # the group's name (pkg/controller/<api>/llmisvc/workload_multi_node.go, v0.16.0 to v0.20.0)
     group = cluster.get("-n", NAMESPACE, f"leaderworkerset/{SERVICE}-kserve-mn")
     template = group["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2  # parallelism.pipeline

@@ -1,14 +1,18 @@
 """KServe's llmisvc controller on the real cluster: built from
 ``github.com/kserve/kserve/cmd/llmisvc`` at the release of the manager beside it (one module per
 release, ``local/go/llmisvc-vX.Y.Z``), installed from that module's own Helm charts
-(``charts/kserve-llmisvc-crd`` and ``charts/kserve-llmisvc-resources``), as KServe's install docs
-do.
+(``charts/kserve-llmisvc-crd`` and ``charts/kserve-llmisvc-resources``; ``llmisvc-crd`` and
+``llmisvc-resources`` at 0.16.0), as KServe's install docs do.
 
-It joins a cluster whose KServe manager runs the same release: the resources chart is rendered
-with ``kserve.createSharedResources=false``, so the manager's ``inferenceservice-config``
-ConfigMap, which the controller reads, stays the manager's. ``certmanager.py`` issues the webhook
-Service's certificate and puts its CA into the webhook configurations and the CRDs' conversion
-webhooks. Installed on demand (``multinode-llm-local cluster llmisvc``, or
+It joins a cluster whose KServe manager runs the same release: the manager's
+``inferenceservice-config`` ConfigMap, which the controller reads, stays the manager's (the
+resources chart is rendered with ``kserve.createSharedResources=false`` where it has that switch,
+from 0.17.0; 0.16.0's renders the ConfigMap, which is left out). 0.16.0's manager chart also holds
+the two LLMInferenceService webhook configurations, pointed at the manager, which does not serve
+them (the API server gets 404): the controller's chart's, of the same names, replace them, as
+applying KServe's ``config/llmisvc`` after the manager does. ``certmanager.py`` issues the
+webhook Service's certificate and puts its CA into the webhook configurations and the CRDs'
+conversion webhooks. Installed on demand (``multinode-llm-local cluster llmisvc``, or
 ``cluster.llm_inference_service``), after LeaderWorkerSet: the controller watches LeaderWorkerSets
 only where their CRD exists when it starts (``SetupWithManager`` asks ``IsCrdAvailable``,
 ``pkg/controller/v1alpha2/llmisvc/controller.go`` at v0.19.0). No Gateway API or scheduler
@@ -29,19 +33,11 @@ from multinode_llm_local.kserve import releases
 
 Obj = dict[str, Any]
 NAMESPACE = kserve.NAMESPACE  # the manager's: the charts' webhook Service names it
-DEPLOYMENT = "llmisvc-controller-manager"
 READY_S = 300.0
 
 
 SOURCE = "github.com/kserve/kserve"
 FAMILY = "llmisvc"  # local/go/llmisvc-vX.Y.Z
-# The service webhook's view of a sample: admitted or refused, it answered.
-PROBE: Obj = {
-    "apiVersion": "serving.kserve.io/v1alpha2",
-    "kind": "LLMInferenceService",
-    "metadata": {"name": "webhook-probe", "namespace": "default"},
-    "spec": {"model": {"uri": "hf://probe/probe"}},
-}
 
 
 def module(kserve_version: str) -> build.Module | None:
@@ -61,16 +57,54 @@ def version(built: build.Module) -> str:
 
 def render(helm: Path, built: build.Module) -> tuple[list[Obj], list[Obj]]:
     """The CRDs the controller adds to the manager's (its own, and the Inference Extension's,
-    which its resources chart holds) and the rest of its charts, as helm renders them."""
-    charts = build.module_files(built, SOURCE, version(built)) / "charts"
+    which its resources chart holds) and the rest of its charts, as helm renders them, less the
+    manager's ConfigMaps."""
+    at = version(built)
+    charts = build.module_files(built, SOURCE, at) / "charts"
     managers = {crd["metadata"]["name"] for crd in kserve.template(helm, charts / "kserve-crd", [])}
-    objects = kserve.template(helm, charts / "kserve-llmisvc-crd", [])
-    values = [f"kserve.version={version(built)}", "kserve.createSharedResources=false"]
+    prefix = "kserve-" if (charts / "kserve-llmisvc-crd").is_dir() else ""  # none at 0.16.0
+    objects = kserve.template(helm, charts / f"{prefix}llmisvc-crd", [])
+    resources = charts / f"{prefix}llmisvc-resources"
+    values = [f"kserve.version={at}"]
+    if "createSharedResources" in (resources / "values.yaml").read_text():
+        values.append("kserve.createSharedResources=false")
     flags = [flag for value in values for flag in ("--set", value)]
-    objects += kserve.template(helm, charts / "kserve-llmisvc-resources", flags)
+    configs = {o["metadata"]["name"] for o in kserve.render(manager(at), helm)[1] if _config(o)}
+    objects += [
+        o
+        for o in kserve.template(helm, resources, flags)
+        if not (_config(o) and o["metadata"]["name"] in configs)
+    ]
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     added = [crd for crd in crds if crd["metadata"]["name"] not in managers]
     return added, [o for o in objects if o["kind"] != "CustomResourceDefinition"]
+
+
+def _config(found: Obj) -> bool:
+    return bool(found["kind"] == "ConfigMap")
+
+
+def manager(at: str) -> kserve.Release:
+    """The KServe manager of the release ``at`` names (``v0.16.0``)."""
+    return kserve.resolve(at.removeprefix("v"))
+
+
+def deployment(objects: list[Obj]) -> str:
+    """The controller's Deployment among its chart's objects (its name differs by release)."""
+    [name] = [o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"]
+    return str(name)
+
+
+def probe(kserve_version: str) -> Obj:
+    """A sample service in the release's API, for its webhook: admitted or refused, it answered."""
+    facts = releases.get(kserve_version).llm_inference_service
+    assert facts is not None, f"KServe {kserve_version} has no LLMInferenceService"
+    return {
+        "apiVersion": facts.api_version,
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "webhook-probe", "namespace": "default"},
+        "spec": {"model": {"uri": "hf://probe/probe"}},
+    }
 
 
 def install(kubectl: Kubectl, kserve_version: str, pki: Pki, helm: Path) -> None:
@@ -80,10 +114,16 @@ def install(kubectl: Kubectl, kserve_version: str, pki: Pki, helm: Path) -> None
     kubectl.apply(kserve.stream(certmanager.stand_in(crds, pki, NAMESPACE)))
     for crd in crds:
         kubectl.wait_established(crd["metadata"]["name"])
-    kubectl.apply(kserve.stream(certmanager.stand_in(objects, pki, NAMESPACE)), namespace=NAMESPACE)
-    kubectl.rollout(NAMESPACE, f"deployment/{DEPLOYMENT}", READY_S)
+    # KServe's own presets go through the controller's webhook: applied once it serves (0.16.0's
+    # chart holds them beside the controller; later ones leave them out with the shared resources)
+    presets = [o for o in objects if o["kind"] == "LLMInferenceServiceConfig"]
+    rest = [o for o in objects if o not in presets]
+    kubectl.apply(kserve.stream(certmanager.stand_in(rest, pki, NAMESPACE)), namespace=NAMESPACE)
+    kubectl.rollout(NAMESPACE, f"deployment/{deployment(objects)}", READY_S)
     # Rolled out is not yet serving: a service applied now would meet a refused connection.
-    kserve.wait_webhooks(kubectl, PROBE, "KServe's llmisvc webhooks", READY_S)
+    kserve.wait_webhooks(kubectl, probe(kserve_version), "KServe's llmisvc webhooks", READY_S)
+    if presets:
+        kubectl.apply(kserve.stream(presets), namespace=NAMESPACE)
 
 
 def required_module(kserve_version: str) -> build.Module:
@@ -92,7 +132,7 @@ def required_module(kserve_version: str) -> build.Module:
     if built is None:
         raise UserError(
             f"KServe's llmisvc controller is not built here at {kserve_version} (no "
-            f"local/go/{FAMILY}-v{kserve_version}; LLMInferenceService v1alpha2 came with 0.17.0 "
+            f"local/go/{FAMILY}-v{kserve_version}; LLMInferenceService came with 0.16.0 "
             f"and the Go module proxy serves only some tags): start the cluster with "
             f"--kserve-version one of {', '.join(built_versions()) or 'none'}"
         )
