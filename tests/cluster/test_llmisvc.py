@@ -49,7 +49,7 @@ def service(release: str, namespace: str = NAMESPACE) -> Obj:
     """TP 1 x PP 2 of the tiny model on the claim: a head and one worker, one mocked GPU each, in
     the release's API (v1alpha1 at 0.16.0)."""
     return {
-        "apiVersion": facts(release).api_version,
+        "apiVersion": releases.llm_inference_service(release).api_version,
         "kind": "LLMInferenceService",
         "metadata": {"name": SERVICE, "namespace": namespace},
         "spec": {
@@ -59,14 +59,6 @@ def service(release: str, namespace: str = NAMESPACE) -> Obj:
             "worker": {"containers": [{"name": "main", "resources": {"limits": GPU}}]},
         },
     }
-
-
-def facts(version: str) -> releases.LlmInferenceService:
-    """What kserve-releases.yaml says this release's controller does: the reason it stops a
-    service without the preset, and whether it reports ``status.appliedConfigs``."""
-    found = releases.get(version).llm_inference_service
-    assert found is not None, f"KServe {version} has no LLMInferenceService in the table"
-    return found
 
 
 @pytest.fixture(scope="module", params=controller.built_versions())
@@ -105,7 +97,7 @@ def test_kserves_webhook_admits_the_preset_and_refuses_a_broken_one(
     validating webhook: ``validateLLMISVCConfig`` in ``cmd/llmisvc/main.go``, v0.17.0 to v0.20.0;
     ``pkg/controller/v1alpha1/llmisvc/validation/config_validator.go`` at v0.16.0): the chart's
     went through it; one naming a field KServe lacks does not."""
-    api = facts(release).api_version
+    api = releases.llm_inference_service(release).api_version
     preset = cluster.get("-n", NAMESPACE, f"llminferenceserviceconfig/{PRESET}")
     assert preset["apiVersion"] == api
     broken = {
@@ -139,7 +131,7 @@ def test_without_the_preset_kserve_stops_the_service(cluster: RealCluster, relea
         wait_for(lambda: presets("False"), 60, "KServe's verdict on the service's presets")
         verdict = presets("False")
         assert verdict is not None
-        assert verdict["reason"] == facts(release).missing_config, verdict
+        assert verdict["reason"] == releases.llm_inference_service(release).missing_config, verdict
         assert PRESET in verdict["message"], verdict
         assert not cluster.items("leaderworkersets", "-n", bare)
     finally:
@@ -178,7 +170,7 @@ def test_kserve_takes_the_preset_and_makes_a_group_of_this_runtime(
     cluster: RealCluster, served: Endpoint, release: str
 ) -> None:
     status = cluster.get("-n", NAMESPACE, f"llminferenceservice/{SERVICE}")["status"]
-    if facts(release).applied_configs:
+    if releases.llm_inference_service(release).applied_configs:
         # what KServe merged, in its own words: the chart's preset, found in the service's namespace
         assert status["appliedConfigs"] == [
             {"name": PRESET, "namespace": NAMESPACE, "source": "Preset"}

@@ -324,3 +324,9 @@ def test_each_llmisvc_controller_is_built_at_a_release_whose_manager_is() -> Non
 def test_a_release_without_an_llmisvc_controller_is_refused_naming_those_built() -> None:
     with pytest.raises(UserError, match=r"not built here at 0\.15\.2.*--kserve-version one of"):
         llmisvc.required_module("0.15.2")
+
+
+def test_a_release_without_llm_inference_service_is_refused_naming_those_with_it() -> None:
+    assert releases.llm_inference_service("0.16.0").api_version == "serving.kserve.io/v1alpha1"
+    with pytest.raises(UserError, match=r"KServe 0\.15\.2 has no LLMInferenceService.*0\.16\.0"):
+        releases.llm_inference_service("0.15.2")

@@ -69,24 +69,20 @@ def render(helm: Path, built: build.Module) -> tuple[list[Obj], list[Obj]]:
     if "createSharedResources" in (resources / "values.yaml").read_text():
         values.append("kserve.createSharedResources=false")
     flags = [flag for value in values for flag in ("--set", value)]
-    configs = {o["metadata"]["name"] for o in kserve.render(manager(at), helm)[1] if _config(o)}
+    # the manager's ConfigMaps, from its own chart in the same module
+    kept = {
+        o["metadata"]["name"]
+        for o in kserve.template(helm, charts / "kserve-resources", [])
+        if o["kind"] == "ConfigMap"
+    }
     objects += [
         o
         for o in kserve.template(helm, resources, flags)
-        if not (_config(o) and o["metadata"]["name"] in configs)
+        if not (o["kind"] == "ConfigMap" and o["metadata"]["name"] in kept)
     ]
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     added = [crd for crd in crds if crd["metadata"]["name"] not in managers]
     return added, [o for o in objects if o["kind"] != "CustomResourceDefinition"]
-
-
-def _config(found: Obj) -> bool:
-    return bool(found["kind"] == "ConfigMap")
-
-
-def manager(at: str) -> kserve.Release:
-    """The KServe manager of the release ``at`` names (``v0.16.0``)."""
-    return kserve.resolve(at.removeprefix("v"))
 
 
 def deployment(objects: list[Obj]) -> str:
@@ -97,10 +93,8 @@ def deployment(objects: list[Obj]) -> str:
 
 def probe(kserve_version: str) -> Obj:
     """A sample service in the release's API, for its webhook: admitted or refused, it answered."""
-    facts = releases.get(kserve_version).llm_inference_service
-    assert facts is not None, f"KServe {kserve_version} has no LLMInferenceService"
     return {
-        "apiVersion": facts.api_version,
+        "apiVersion": releases.llm_inference_service(kserve_version).api_version,
         "kind": "LLMInferenceService",
         "metadata": {"name": "webhook-probe", "namespace": "default"},
         "spec": {"model": {"uri": "hf://probe/probe"}},
@@ -117,7 +111,7 @@ def install(kubectl: Kubectl, kserve_version: str, pki: Pki, helm: Path) -> None
     # KServe's own presets go through the controller's webhook: applied once it serves (0.16.0's
     # chart holds them beside the controller; later ones leave them out with the shared resources)
     presets = [o for o in objects if o["kind"] == "LLMInferenceServiceConfig"]
-    rest = [o for o in objects if o not in presets]
+    rest = [o for o in objects if o["kind"] != "LLMInferenceServiceConfig"]
     kubectl.apply(kserve.stream(certmanager.stand_in(rest, pki, NAMESPACE)), namespace=NAMESPACE)
     kubectl.rollout(NAMESPACE, f"deployment/{deployment(objects)}", READY_S)
     # Rolled out is not yet serving: a service applied now would meet a refused connection.

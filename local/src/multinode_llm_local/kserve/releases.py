@@ -134,6 +134,18 @@ def resolve(asked: str) -> Release:
     return get(max(patches, key=lambda v: tuple(int(p) for p in v.split("."))))
 
 
+def llm_inference_service(version: str) -> LlmInferenceService:
+    """What the release's llmisvc controller does, or UserError for a release without one."""
+    found = get(version).llm_inference_service
+    if found is None:
+        having = [v for v in versions() if get(v).llm_inference_service is not None]
+        raise UserError(
+            f"KServe {version} has no LLMInferenceService in the chart's {TABLE}: pass one of "
+            f"{', '.join(having)}"
+        )
+    return found
+
+
 def versions(status: str | None = None) -> list[str]:
     """Every version in the table, optionally only those with ``status``."""
     releases: Obj = _table()["releases"]
